@@ -1,0 +1,49 @@
+//! Embeds `hw_specs/*.toml`, `models/*.json` and `calibration/**/*.{json,toml}` into the binary,
+//! so the CLI works from any directory with no flags.
+use std::fs;
+use std::path::Path;
+
+fn embed(dir: &str, exts: &[&str], const_name: &str, out: &mut String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    collect(&root.join(dir), exts, &mut files);
+    files.sort();
+    out.push_str(&format!("/// Embedded files under `{dir}/`: (path relative to it, contents).\n"));
+    out.push_str(&format!("pub static {const_name}: &[(&str, &str)] = &[\n"));
+    for f in files {
+        let rel = f.strip_prefix(root.join(dir)).unwrap().to_string_lossy().replace('\\', "/");
+        out.push_str(&format!("    ({rel:?}, include_str!({:?})),\n", f.to_string_lossy()));
+    }
+    out.push_str("];\n");
+    println!("cargo:rerun-if-changed={dir}");
+}
+
+fn collect(dir: &Path, exts: &[&str], files: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            // Traces and raw measurements are large and are read from disk, not embedded.
+            if p.file_name().map(|n| n == "traces").unwrap_or(false) {
+                continue;
+            }
+            println!("cargo:rerun-if-changed={}", p.display());
+            collect(&p, exts, files);
+        } else if exts.iter().any(|x| p.extension().map(|e| e == *x).unwrap_or(false)) {
+            files.push(p);
+        }
+    }
+}
+
+fn main() {
+    let out_dir = std::env::var("OUT_DIR").unwrap();
+    let mut hw = String::new();
+    embed("hw_specs", &["toml"], "EMBEDDED_HW_SPECS", &mut hw);
+    fs::write(Path::new(&out_dir).join("embedded_hw_specs.rs"), hw).unwrap();
+    let mut models = String::new();
+    embed("models", &["json"], "EMBEDDED_MODELS", &mut models);
+    fs::write(Path::new(&out_dir).join("embedded_models.rs"), models).unwrap();
+    let mut cal = String::new();
+    embed("calibration", &["json", "toml"], "EMBEDDED_CALIBRATION", &mut cal);
+    fs::write(Path::new(&out_dir).join("embedded_calibration.rs"), cal).unwrap();
+}
