@@ -119,6 +119,22 @@ impl GpuSpec {
         tflops * 1e12
     }
 
+    /// Dense peak in TFLOP/s (TOP/s for int8) of the format itself, without falling back to a
+    /// wider one: `None` where the spec sheet lists no native support (int4 is never listed).
+    pub fn native_peak_tflops(&self, dtype: Dtype) -> Option<f64> {
+        let p = &self.peak;
+        match dtype {
+            Dtype::Fp32 => Some(p.fp32_tflops),
+            Dtype::Tf32 => p.tf32_tflops,
+            Dtype::Bf16 => Some(p.bf16_tflops),
+            Dtype::Fp16 => Some(p.fp16_tflops),
+            Dtype::Fp8 => p.fp8_tflops,
+            Dtype::Int8 => p.int8_tops,
+            Dtype::Fp4 => p.fp4_tflops,
+            Dtype::Int4 => None,
+        }
+    }
+
     /// Ridge point (FLOP per byte) where compute and memory bounds meet.
     pub fn ridge_flops_per_byte(&self, dtype: Dtype) -> f64 {
         self.peak_flops(dtype) / self.hbm_bytes_per_s()
