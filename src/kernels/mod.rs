@@ -1,0 +1,2 @@
+//! Kernel cost accounting and the graph that expands (model, deployment, batch) into kernels.
+pub mod cost;
