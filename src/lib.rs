@@ -8,3 +8,4 @@ pub mod kernels;
 pub mod model;
 pub mod perf;
 pub mod schema;
+pub mod workload;

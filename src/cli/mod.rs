@@ -12,3 +12,4 @@ pub mod simulate;
 pub mod sol;
 pub mod step;
 pub mod validate;
+pub mod workload;
