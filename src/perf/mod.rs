@@ -60,3 +60,26 @@ pub trait StepTimeModel: Send + Sync {
     /// Which tier/model produced the times, for reports.
     fn describe(&self) -> String;
 }
+
+/// Which kernel-time model a prediction uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Speed of light divided by one constant efficiency per op class (the baseline).
+    Roofline,
+    /// Efficiency models fitted with the target GPU's own measurements.
+    Target,
+    /// Target GPU's measurements never used: efficiency from hardware-normalized features
+    /// learned on other GPUs plus the target's spec sheet.
+    CrossGen,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Roofline => "roofline",
+            Tier::Target => "target",
+            Tier::CrossGen => "cross-gen",
+        }
+    }
+}
