@@ -1,6 +1,8 @@
 //! Kernel and step timing: speed of light, learned efficiency, communication and host
 //! overhead, composed by a predictor the simulator asks for step times.
 
+pub mod predictor;
+pub mod roofline;
 pub mod sol;
 
 use serde::Serialize;
@@ -82,4 +84,11 @@ impl Tier {
             Tier::CrossGen => "cross-gen",
         }
     }
+}
+
+/// Time of one kernel on one GPU. Implementations never return less than the kernel's SOL.
+pub trait KernelTimeModel: Send + Sync {
+    fn predict_us(&self, k: &crate::schema::Kernel) -> f64;
+    fn tier(&self) -> Tier;
+    fn describe(&self) -> String;
 }
