@@ -1,6 +1,7 @@
 //! kernelsight: predicts how an LLM serves on a GPU deployment, down to each kernel.
 //! See `docs/ARCHITECTURE.md` for the data flow.
 
+pub mod batch_spec;
 pub mod cli;
 pub mod deployment;
 pub mod hardware;
