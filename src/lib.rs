@@ -2,6 +2,9 @@
 //! See `docs/ARCHITECTURE.md` for the data flow.
 
 pub mod cli;
+pub mod deployment;
 pub mod hardware;
+pub mod kernels;
 pub mod model;
+pub mod perf;
 pub mod schema;
