@@ -35,6 +35,17 @@ impl HostOverhead {
     }
 }
 
+/// The kernel-time model for `tier` on `gpu`, and a note when a fallback was taken.
+/// Calibrated tiers are not fitted yet: they fall back to the roofline model and say so.
+pub fn kernel_model_for(gpu: &GpuSpec, tier: Tier) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
+    let roofline: Arc<dyn KernelTimeModel> = Arc::new(RooflineModel::new(gpu.clone()));
+    let note = match tier {
+        Tier::Roofline => None,
+        other => Some(format!("no calibrated {} model yet; using the roofline model", other.as_str())),
+    };
+    Ok((roofline, note))
+}
+
 /// One row of a step's kernel table.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimedKernel {
@@ -58,8 +69,7 @@ impl Predictor {
     /// the roofline model; `describe()` says which model is in use.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, tier: Tier) -> anyhow::Result<Predictor> {
         dep.validate()?;
-        let _ = tier;
-        let km: Arc<dyn KernelTimeModel> = Arc::new(RooflineModel::new(gpu.clone()));
+        let (km, _note) = kernel_model_for(gpu, tier)?;
         Ok(Predictor::with_kernel_model(model, gpu, dep, km))
     }
 
