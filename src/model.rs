@@ -60,6 +60,35 @@ pub struct LinearAttnSpec {
     pub conv_kernel: u64,
 }
 
+/// Parameter counts by part of the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ParamBreakdown {
+    pub embedding: u64,
+    /// 0 when the LM head is tied to the embedding.
+    pub lm_head: u64,
+    /// Attention (or linear-attention) blocks of all layers, biases, sinks and q/k norms included.
+    pub attention: u64,
+    /// Layer norms and the final norm.
+    pub norms: u64,
+    pub dense_mlp: u64,
+    /// MoE layers: routers, shared experts and all routed experts.
+    pub moe_total: u64,
+    /// MoE layers: routers, shared experts and top-k routed experts.
+    pub moe_active: u64,
+}
+
+impl ParamBreakdown {
+    fn common(&self) -> u64 {
+        self.embedding + self.lm_head + self.attention + self.norms + self.dense_mlp
+    }
+    pub fn total(&self) -> u64 {
+        self.common() + self.moe_total
+    }
+    pub fn active(&self) -> u64 {
+        self.common() + self.moe_active
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelConfig {
     pub name: String,
@@ -379,21 +408,33 @@ impl ModelConfig {
         (total, active)
     }
 
-    /// (total, active-per-token) parameter counts of the language model: embeddings, decoder
-    /// layers, final norm and LM head; MTP layers and vision towers excluded. Active counts
-    /// every non-expert parameter (both embedding tables included) plus top-k routed experts.
-    pub fn param_counts(&self) -> (u64, u64) {
-        let embed = self.embedding_params();
-        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
-        let mut total = embed + head + self.hidden;
-        let mut active = total;
+    /// Parameters by part, language model only (MTP layers and vision towers excluded).
+    pub fn param_breakdown(&self) -> ParamBreakdown {
+        let mut b = ParamBreakdown {
+            embedding: self.embedding_params(),
+            lm_head: if self.tie_embeddings { 0 } else { self.vocab * self.hidden },
+            norms: self.hidden, // final norm
+            ..ParamBreakdown::default()
+        };
         for l in &self.layers {
-            let attn = self.attention_params(l.attn) + self.norms_per_layer * self.hidden;
-            let (mt, ma) = self.mlp_params(l.moe);
-            total += attn + mt;
-            active += attn + ma;
+            b.attention += self.attention_params(l.attn);
+            b.norms += self.norms_per_layer * self.hidden;
+            let (total, active) = self.mlp_params(l.moe);
+            if l.moe {
+                b.moe_total += total;
+                b.moe_active += active;
+            } else {
+                b.dense_mlp += total;
+            }
         }
-        (total, active)
+        b
+    }
+
+    /// (total, active-per-token) parameter counts. Active counts every non-expert parameter
+    /// (both embedding tables included) plus the shared and top-k routed experts.
+    pub fn param_counts(&self) -> (u64, u64) {
+        let b = self.param_breakdown();
+        (b.total(), b.active())
     }
 
     pub fn total_params(&self) -> u64 {
@@ -432,6 +473,33 @@ impl ModelConfig {
                 kept as f64 * self.kv_bytes_per_token_layer(l.attn, kv_dtype)
             })
             .sum()
+    }
+
+    /// Short description of the layer mix, e.g. "12 full + 12 sliding(128)" or "61 MLA".
+    pub fn attention_mix_label(&self) -> String {
+        let (full, sliding, linear) = self.attention_mix();
+        let mut parts = Vec::new();
+        if full > 0 {
+            parts.push(format!("{full} {}", if self.mla.is_some() { "MLA" } else { "full" }));
+        }
+        if sliding > 0 {
+            let mut windows: Vec<u64> = self
+                .layers
+                .iter()
+                .filter_map(|l| match l.attn {
+                    AttnKind::Sliding { window } => Some(window),
+                    _ => None,
+                })
+                .collect();
+            windows.sort_unstable();
+            windows.dedup();
+            let w: Vec<String> = windows.iter().map(|w| w.to_string()).collect();
+            parts.push(format!("{sliding} sliding({})", w.join(",")));
+        }
+        if linear > 0 {
+            parts.push(format!("{linear} linear"));
+        }
+        parts.join(" + ")
     }
 
     /// Counts of (full, sliding, linear) attention layers.

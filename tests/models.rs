@@ -78,8 +78,9 @@ fn non_embedding_params_match_qwen3_cards() {
 
 /// Active parameters per token. Vendors round these to two significant digits and disagree on
 /// whether the input embedding table counts, so the tolerance is 2% and the convention is
-/// stated per model. Qwen3-Next's "3B activated" is left out: with or without embeddings our
-/// 3.9B / 3.6B / 3.3B do not match a two-digit figure, and its convention is not published.
+/// stated per model. Left out: Qwen3-Next's "3B activated" (ours 3.87B with both embedding
+/// tables, 3.25B without either; its convention is not published) and DeepSeek-V2-Lite's 2.4B
+/// (ours 2.66B with both tables, 2.45B without the input table).
 #[test]
 fn active_params_match_published() {
     // Mistral announcement: 12.9B used per token, embeddings included.
@@ -284,4 +285,56 @@ fn wrong_types_and_bad_layer_types_are_errors_not_panics() {
     assert!(e.contains("num_experts_per_tok"), "{e}");
     let e = parse_err("[1, 2]");
     assert!(e.contains("JSON object"), "{e}");
+}
+
+#[test]
+fn cli_list_has_a_row_per_model_with_hand_checked_cells() {
+    use kernelsight::cli::models::{builtin_models, list_table};
+    let table = list_table(&builtin_models().unwrap(), Dtype::Bf16);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 1 + builtin_model_names().len());
+    assert!(lines[0].contains("kv_bytes/token(bf16)"));
+    let row = |name: &str| -> Vec<String> {
+        let l = lines.iter().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+        l.split("  ").map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect()
+    };
+    // llama-3.1-8b: 8.03B dense, 32 layers, 32/8 heads, 32 x 2 x 8 x 128 x 2 = 131072 bytes.
+    assert_eq!(row("llama-3.1-8b"), ["llama-3.1-8b", "llama", "8.03", "8.03", "32", "4096", "32/8", "-", "32 full", "131072"]);
+    // gpt-oss-20b: alternating layers, 12 full x 2 x 8 x 64 x 2 + 12 sliding x same = 49152.
+    let g = row("gpt-oss-20b");
+    assert_eq!(&g[6..], ["64/8", "32/4", "12 full + 12 sliding(128)", "49152"]);
+    // Qwen3-Next: 512 experts top-10 plus a shared expert; 36 linear layers hold no KV.
+    let q = row("qwen3-next-80b-a3b-instruct");
+    assert_eq!(&q[7..], ["512/10+shared", "12 full + 36 linear", "24576"]);
+}
+
+#[test]
+fn cli_layer_pattern_marks_dense_and_moe_layers() {
+    use kernelsight::cli::models::layer_pattern;
+    assert_eq!(layer_pattern(&load("deepseek-v3")), format!("FFF{}", "f".repeat(58)));
+    assert_eq!(layer_pattern(&load("gpt-oss-20b")), "sf".repeat(12));
+    assert_eq!(layer_pattern(&load("qwen3-next-80b-a3b-instruct")), "lllf".repeat(12));
+}
+
+#[test]
+fn cli_show_and_errors_through_the_binary() {
+    use std::process::Command;
+    let bin = env!("CARGO_BIN_EXE_kernelsight");
+    let out = Command::new(bin).args(["models", "show", "gemma-3-27b-it"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("10 full + 52 sliding(1024)") && text.contains("vision_config"), "{text}");
+
+    let out = Command::new(bin).args(["models", "show", "deepseek-v2-lite", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["derived"]["kv_bytes_per_token_bf16"], 27.0 * 576.0 * 2.0);
+    assert_eq!(v["mla"]["q_lora_rank"], serde_json::Value::Null);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("config.json");
+    std::fs::write(&bad, r#"{"num_hidden_layers": 2}"#).unwrap();
+    let out = Command::new(bin).args(["models", "show", bad.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("config.json") && err.contains("'hidden_size'"), "{err}");
 }
