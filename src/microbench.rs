@@ -44,9 +44,9 @@ const PREFIX_SEQ: [u64; 3] = [128, 512, 2048];
 const PREFIX_CACHED: [u64; 3] = [1024, 4096, 16384];
 const DECODE_BATCH: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
 const DECODE_KV: [u64; 9] = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072];
-/// Decode KV tokens per launch (batch x kv_len) are capped at 2^22 (16 GB of bf16 KV at
-/// 8 KV heads of 128) to bound memory and time.
-const DECODE_MAX_TOKENS: u64 = 1 << 22;
+/// The bf16 K+V cache one decode launch reads is capped at 16 GiB (4 ms at 4 TB/s), which
+/// bounds memory and time: 2^22 tokens at 8 KV heads of 128.
+const DECODE_MAX_KV_BYTES: u64 = 16 << 30;
 /// MoE layers of public models (hidden, expert inter, experts, top-k, tp, ep):
 /// Mixtral-8x7B, Qwen3-30B-A3B, Qwen3-235B-A22B (EP1 and EP8), DeepSeek-V3 (EP8), gpt-oss-120b.
 const MOE_CONFIGS: [(u64, u64, u64, u64, u64, u64); 6] = [
@@ -135,7 +135,8 @@ fn prefix_rows(out: &mut Vec<KernelRow>, heads: &[(u64, u64, u64)]) {
 fn decode_rows(out: &mut Vec<KernelRow>, heads: &[(u64, u64, u64)]) {
     for &h in heads {
         for &b in &DECODE_BATCH {
-            for &kv in DECODE_KV.iter().filter(|&&kv| b * kv <= DECODE_MAX_TOKENS) {
+            let kv_bytes = |kv: u64| b * kv * h.1 * h.2 * 2 * 2;
+            for &kv in DECODE_KV.iter().filter(|&&kv| kv_bytes(kv) <= DECODE_MAX_KV_BYTES) {
                 for be in ["triton_paged", "sdpa_flash"] {
                     out.push(row(attention(Op::AttnDecode, b, 0, kv, h), be, ""));
                 }
