@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod deployment;
 pub mod hardware;
+pub mod headroom;
 pub mod kernels;
 pub mod model;
 pub mod perf;
