@@ -486,7 +486,7 @@ class Gpu:
                 replay = g.replay
                 method = "cuda_graph"
             except Exception as exc:  # capture unsupported for this op: time eagerly instead
-                torch.cuda.synchronize()
+                torch.cuda.synchronize()  # raises if the failed capture broke the context
                 log(f"    graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); timing eagerly")
                 replay = None
         if replay is None:
@@ -1215,6 +1215,9 @@ def run(args, rows):
     if world > 1:
         ok = check_all_reduce(torch, dist, rank, world)
         prov["self_test"] = {"nccl_all_reduce_sum": ok}
+        if lead:
+            topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
+            prov["topology"] = topo.stdout.strip().splitlines()
         log(f"self-test nccl all_reduce sum: {'ok' if ok else 'FAILED'}")
 
     out_rows, skipped = [], []
