@@ -50,3 +50,14 @@ impl Deployment {
         Ok(())
     }
 }
+
+impl Deployment {
+    /// Elementwise kernels run on 16-bit activations even in quantized deployments.
+    pub fn act_dtype_for_elementwise(&self) -> Dtype {
+        if self.act_dtype.is_quantized() {
+            Dtype::Bf16
+        } else {
+            self.act_dtype
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! Kernel and step timing: speed of light, learned efficiency, communication and host
 //! overhead, composed by a predictor the simulator asks for step times.
 
+pub mod predictor;
+pub mod roofline;
 pub mod sol;
 
 use serde::Serialize;
@@ -58,5 +60,35 @@ impl StepCost {
 pub trait StepTimeModel: Send + Sync {
     fn step_time(&self, seqs: &[SeqWork]) -> StepCost;
     /// Which tier/model produced the times, for reports.
+    fn describe(&self) -> String;
+}
+
+/// Which kernel-time model a prediction uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Speed of light divided by one constant efficiency per op class (the baseline).
+    Roofline,
+    /// Efficiency models fitted with the target GPU's own measurements.
+    Target,
+    /// Target GPU's measurements never used: efficiency from hardware-normalized features
+    /// learned on other GPUs plus the target's spec sheet.
+    CrossGen,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Roofline => "roofline",
+            Tier::Target => "target",
+            Tier::CrossGen => "cross-gen",
+        }
+    }
+}
+
+/// Time of one kernel on one GPU. Implementations never return less than the kernel's SOL.
+pub trait KernelTimeModel: Send + Sync {
+    fn predict_us(&self, k: &crate::schema::Kernel) -> f64;
+    fn tier(&self) -> Tier;
     fn describe(&self) -> String;
 }
