@@ -161,24 +161,25 @@ pub fn bounds(work: &Work, gpu: &GpuSpec, ceiling: Ceiling) -> Bounds {
     }
 }
 
-/// Bounds of a shared-schema kernel from `perf::sol` (exact shapes: nominal = lower).
-pub fn kernel_bounds(op: Op, dtype: Dtype, s: &Sol, ceiling: Ceiling) -> Bounds {
-    let traffic = if s.bound == Bound::Network { Resource::Network } else { Resource::Memory };
-    let (practical_us, dominant) = practical(s.compute_us, s.memory_us, traffic, ceiling);
+/// Bounds of a shared-schema kernel (exact shape): the hard SOL from `hard` (a lower bound),
+/// the practical bound from `nominal` (`perf::sol`'s expected traffic).
+pub fn kernel_bounds(op: Op, dtype: Dtype, hard: &Sol, nominal: &Sol, ceiling: Ceiling) -> Bounds {
+    let traffic = if hard.bound == Bound::Network { Resource::Network } else { Resource::Memory };
+    let (practical_us, dominant) = practical(nominal.compute_us, nominal.memory_us, traffic, ceiling);
     Bounds {
         class: OpClass::of_op(op),
         compute_dtype: dtype,
-        flops: s.flops,
-        bytes: s.bytes,
-        compute_us: s.compute_us,
-        memory_us: s.memory_us,
-        sol_us: s.sol_us,
-        bound: match s.bound {
+        flops: hard.flops,
+        bytes: hard.bytes,
+        compute_us: hard.compute_us,
+        memory_us: hard.memory_us,
+        sol_us: hard.sol_us,
+        bound: match hard.bound {
             Bound::Compute => Resource::Compute,
             Bound::Memory => Resource::Memory,
             Bound::Network => Resource::Network,
         },
-        practical_us: practical_us.max(s.sol_us),
+        practical_us: practical_us.max(hard.sol_us),
         dominant,
         ceiling,
     }

@@ -1,11 +1,12 @@
-//! Checks the hard SOL against real measurements: measured / SOL per (GPU, op), and every row
+//! Checks the hard SOL (`kernel::hard_sol`) against real measurements: measured / SOL per (GPU, op), and every row
 //! measured faster than its SOL. A violation whose compulsory traffic fits in L2 is explained
 //! (warm-cache timing loops serve it from L2, not HBM); any other one beyond the noise margin
 //! points at a wrong FLOP/byte formula or spec figure.
 
 use super::verdict::NOISE_MARGIN;
 use crate::hardware::{load_gpu, GpuSpec};
-use crate::perf::sol::{sol, Bound};
+use super::kernel::hard_sol;
+use crate::perf::sol::Bound;
 use crate::schema::KernelRow;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -76,7 +77,7 @@ pub fn validate(rows: &[KernelRow]) -> Report {
             *skipped.entry(format!("no spec for gpu '{gpu_id}'")).or_insert(0) += 1;
             continue;
         };
-        let s = sol(&r.kernel, g);
+        let s = hard_sol(&r.kernel, g);
         if !(s.sol_us > 0.0) {
             *skipped.entry("zero SOL (empty shape)".to_string()).or_insert(0) += 1;
             continue;
