@@ -389,12 +389,15 @@ def run_model(plan, entry, out, deadline):
     name = entry["name"]
     t_model = time.perf_counter()
     budget_end = min(deadline, time.time() + entry.get("budget_s", 1e9))
-    mrec = {"model": name, "layers_requested": entry.get("layers")}
+    mrec = {"model": name, "base_model": name, "layers_requested": entry.get("layers")}
     model = None
     try:
         cfg, orig_layers, src = build_config(name, entry.get("layers"))
         mrec.update(config_source=os.path.relpath(src, REPO), layers_original=orig_layers,
                     layers_run=cfg.num_hidden_layers)
+        if cfg.num_hidden_layers != orig_layers:  # a cut model is a different model: label it so
+            name = f"{name}-L{cfg.num_hidden_layers}"
+            mrec.update(model=name, base_model=entry["name"])
         t = time.perf_counter()
         model = build_model(cfg)
         mrec["build_s"] = r6(time.perf_counter() - t)
