@@ -3,5 +3,6 @@
 
 pub mod cli;
 pub mod hardware;
+pub mod ingest;
 pub mod model;
 pub mod schema;
