@@ -1,8 +1,15 @@
 //! kernelsight: predicts how an LLM serves on a GPU deployment, down to each kernel.
 //! See `docs/ARCHITECTURE.md` for the data flow.
 
+pub mod batch_spec;
 pub mod cli;
+pub mod deployment;
 pub mod hardware;
+pub mod headroom;
 pub mod ingest;
+pub mod kernels;
+pub mod microbench;
 pub mod model;
+pub mod perf;
 pub mod schema;
+pub mod workload;

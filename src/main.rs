@@ -33,6 +33,8 @@ enum Command {
     Validate(cli::validate::ValidateArgs),
     /// Speed-of-light and headroom service for kernel-optimizing agents.
     Sol(cli::sol::SolArgs),
+    /// Workload generation: `workload gen [workload flags] --out FILE.csv`.
+    Workload(cli::workload::WorkloadCmdArgs),
     /// Capacity planning: cheapest deployment meeting SLOs.
     Plan(cli::plan::PlanArgs),
     /// Highest arrival rate a deployment sustains within SLOs.
@@ -53,6 +55,7 @@ fn main() {
         Command::Calibrate(a) => cli::calibrate::run(a),
         Command::Validate(a) => cli::validate::run(a),
         Command::Sol(a) => cli::sol::run(a),
+        Command::Workload(a) => cli::workload::run(a),
         Command::Plan(a) => cli::plan::run(a),
         Command::Capacity(a) => cli::capacity::run(a),
     };

@@ -46,6 +46,8 @@ pub struct MoeSpec {
     pub expert_bias: bool,
     /// A sigmoid gate on the shared expert (Qwen-MoE style), one hidden-sized vector.
     pub shared_expert_gate: bool,
+    /// Per-expert score-correction bias on the router (DeepSeek-V3 `noaux_tc` routing).
+    pub router_score_bias: bool,
 }
 
 /// Gated DeltaNet linear attention (Qwen3-Next).
@@ -56,6 +58,35 @@ pub struct LinearAttnSpec {
     pub k_head_dim: u64,
     pub v_head_dim: u64,
     pub conv_kernel: u64,
+}
+
+/// Parameter counts by part of the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ParamBreakdown {
+    pub embedding: u64,
+    /// 0 when the LM head is tied to the embedding.
+    pub lm_head: u64,
+    /// Attention (or linear-attention) blocks of all layers, biases, sinks and q/k norms included.
+    pub attention: u64,
+    /// Layer norms and the final norm.
+    pub norms: u64,
+    pub dense_mlp: u64,
+    /// MoE layers: routers, shared experts and all routed experts.
+    pub moe_total: u64,
+    /// MoE layers: routers, shared experts and top-k routed experts.
+    pub moe_active: u64,
+}
+
+impl ParamBreakdown {
+    fn common(&self) -> u64 {
+        self.embedding + self.lm_head + self.attention + self.norms + self.dense_mlp
+    }
+    pub fn total(&self) -> u64 {
+        self.common() + self.moe_total
+    }
+    pub fn active(&self) -> u64 {
+        self.common() + self.moe_active
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,35 +113,95 @@ pub struct ModelConfig {
     pub qk_norm: bool,
     /// Sigmoid output gate doubling the q projection (Qwen3-Next full-attention layers).
     pub attn_output_gate: bool,
+    /// RMSNorms per decoder layer: 2 (pre-attention, pre-MLP), 4 in Gemma-2/3 (also post-).
+    pub norms_per_layer: u64,
     pub layers: Vec<LayerSpec>,
     pub moe: Option<MoeSpec>,
     pub mla: Option<MlaSpec>,
     pub linear: Option<LinearAttnSpec>,
+    /// Features present in the config that the counts and kernels do not model (rope scaling,
+    /// partial rotary, MTP layers, vision tower, checkpoint quantization), for honest reporting.
+    pub unmodelled: Vec<String>,
 }
 
-fn get_u64(cfg: &Value, key: &str) -> Option<u64> {
-    cfg.get(key).and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))
+/// Reads fields of one HF config: the language-model object (`text_config` for multimodal
+/// configs), falling back to the family's documented default where the Hub file omits a field.
+struct Fields<'a> {
+    cfg: &'a Value,
+    root: &'a Value,
+    model_type: String,
+    origin: &'a str,
 }
 
-fn get_bool(cfg: &Value, key: &str) -> Option<bool> {
-    cfg.get(key).and_then(|v| v.as_bool())
-}
+impl Fields<'_> {
+    /// Defaults of the transformers config class for fields the published files leave out.
+    /// Gemma-3's `config.json` omits these (values of `Gemma3TextConfig.__init__`).
+    fn family_default(&self, key: &str) -> Option<Value> {
+        if self.model_type != "gemma3_text" {
+            return None;
+        }
+        match key {
+            "vocab_size" => Some(262_208.into()),
+            "max_position_embeddings" => Some(131_072.into()),
+            "sliding_window_pattern" => Some(6.into()),
+            "tie_word_embeddings" => Some(true.into()),
+            _ => None,
+        }
+    }
 
-fn require_u64(cfg: &Value, key: &str, origin: &str) -> Result<u64> {
-    match cfg.get(key) {
-        None | Some(Value::Null) => bail!("{origin}: missing field '{key}'"),
-        Some(v) => match v.as_u64() {
-            Some(0) | None => bail!("{origin}: field '{key}' must be a positive integer, got {v}"),
+    fn value(&self, key: &str) -> Option<Value> {
+        match self.cfg.get(key) {
+            Some(Value::Null) | None => self.family_default(key),
+            Some(v) => Some(v.clone()),
+        }
+    }
+
+    fn u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.value(key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(x) => Ok(Some(x)),
+                None => bail!("{}: field '{key}' must be a non-negative integer, got {v}", self.origin),
+            },
+        }
+    }
+
+    fn require(&self, key: &str) -> Result<u64> {
+        match self.u64(key)? {
+            None => bail!("{}: missing field '{key}'", self.origin),
+            Some(0) => bail!("{}: field '{key}' must be a positive integer, got 0", self.origin),
             Some(x) => Ok(x),
-        },
+        }
+    }
+
+    /// A boolean in the language-model object, else at the top level, else the family default.
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        let v = match (self.cfg.get(key), self.root.get(key)) {
+            (Some(v), _) if !v.is_null() => Some(v.clone()),
+            (_, Some(v)) if !v.is_null() => Some(v.clone()),
+            _ => self.family_default(key),
+        };
+        match v {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(v) => bail!("{}: field '{key}' must be true or false, got {v}", self.origin),
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.cfg.get(key).map(|v| !v.is_null()).unwrap_or(false)
     }
 }
 
 impl ModelConfig {
-    /// Parses a Hugging Face `config.json`. `name` is the model's short name.
+    /// Parses a Hugging Face `config.json`. `name` is the model's short name; `origin` (a file
+    /// name) prefixes every error.
     pub fn from_hf_json(text: &str, name: &str, origin: &str) -> Result<ModelConfig> {
         let root: Value =
             serde_json::from_str(text).map_err(|e| anyhow!("{origin}: malformed JSON: {e}"))?;
+        if !root.is_object() {
+            bail!("{origin}: expected a JSON object (a Hugging Face config.json)");
+        }
         // Multimodal configs (Gemma-3) nest the language model under text_config.
         let cfg = root.get("text_config").filter(|v| v.is_object()).unwrap_or(&root);
         let model_type = cfg
@@ -119,36 +210,44 @@ impl ModelConfig {
             .and_then(|v| v.as_str())
             .unwrap_or("unknown")
             .to_string();
-        let hidden = require_u64(cfg, "hidden_size", origin)?;
-        let num_layers = require_u64(cfg, "num_hidden_layers", origin)?;
-        let vocab = require_u64(cfg, "vocab_size", origin)?;
-        let num_heads = require_u64(cfg, "num_attention_heads", origin)?;
-        let num_kv_heads = get_u64(cfg, "num_key_value_heads").unwrap_or(num_heads);
+        let f = Fields { cfg, root: &root, model_type: model_type.clone(), origin };
+        let hidden = f.require("hidden_size")?;
+        let num_layers = f.require("num_hidden_layers")?;
+        let vocab = f.require("vocab_size")?;
+        let num_heads = f.require("num_attention_heads")?;
+        let num_kv_heads = f.u64("num_key_value_heads")?.unwrap_or(num_heads);
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
-            bail!("{origin}: field 'num_key_value_heads' = {num_kv_heads} must divide num_attention_heads = {num_heads}");
+            bail!(
+                "{origin}: field 'num_key_value_heads' = {num_kv_heads} must be positive and divide \
+                 num_attention_heads = {num_heads}"
+            );
         }
-        let head_dim = get_u64(cfg, "head_dim").filter(|&d| d > 0).unwrap_or(hidden / num_heads);
-        let dense_inter = get_u64(cfg, "intermediate_size").unwrap_or(4 * hidden);
-        let tie_embeddings = get_bool(cfg, "tie_word_embeddings")
-            .or_else(|| get_bool(&root, "tie_word_embeddings"))
-            .unwrap_or(false);
-        let max_context = get_u64(cfg, "max_position_embeddings").unwrap_or(4096);
+        let head_dim = f.u64("head_dim")?.filter(|&d| d > 0).unwrap_or(hidden / num_heads);
+        let dense_inter = f.u64("intermediate_size")?.unwrap_or(4 * hidden);
+        let tie_embeddings = f.bool("tie_word_embeddings")?.unwrap_or(false);
+        let max_context = f.u64("max_position_embeddings")?.unwrap_or(4096);
 
         // MoE: the field names differ per family.
-        let num_experts = get_u64(cfg, "n_routed_experts")
-            .or_else(|| get_u64(cfg, "num_local_experts"))
-            .or_else(|| get_u64(cfg, "num_experts"))
-            .unwrap_or(0);
+        let num_experts = match f.u64("n_routed_experts")? {
+            Some(n) => n,
+            None => match f.u64("num_local_experts")? {
+                Some(n) => n,
+                None => f.u64("num_experts")?.unwrap_or(0),
+            },
+        };
         let moe = if num_experts > 1 {
-            let topk = get_u64(cfg, "num_experts_per_tok")
-                .or_else(|| get_u64(cfg, "experts_per_token"))
-                .ok_or_else(|| anyhow!("{origin}: MoE model lacks 'num_experts_per_tok'"))?;
+            let topk = match f.u64("num_experts_per_tok")? {
+                Some(k) => k,
+                None => f
+                    .u64("experts_per_token")?
+                    .ok_or_else(|| anyhow!("{origin}: MoE model lacks field 'num_experts_per_tok'"))?,
+            };
             if topk == 0 || topk > num_experts {
                 bail!("{origin}: field 'num_experts_per_tok' = {topk} must be in 1..={num_experts}");
             }
-            let expert_inter = get_u64(cfg, "moe_intermediate_size").unwrap_or(dense_inter);
-            let n_shared = get_u64(cfg, "n_shared_experts").unwrap_or(0);
-            let shared_inter = match get_u64(cfg, "shared_expert_intermediate_size") {
+            let expert_inter = f.u64("moe_intermediate_size")?.unwrap_or(dense_inter);
+            let n_shared = f.u64("n_shared_experts")?.unwrap_or(0);
+            let shared_inter = match f.u64("shared_expert_intermediate_size")? {
                 Some(s) => s,
                 None => n_shared * expert_inter,
             };
@@ -158,36 +257,37 @@ impl ModelConfig {
                 expert_inter,
                 shared_inter,
                 expert_bias: model_type == "gpt_oss",
-                shared_expert_gate: cfg.get("shared_expert_intermediate_size").is_some(),
+                shared_expert_gate: f.has("shared_expert_intermediate_size"),
+                router_score_bias: cfg.get("topk_method").and_then(|v| v.as_str()) == Some("noaux_tc"),
             })
         } else {
             None
         };
 
-        let mla = match get_u64(cfg, "kv_lora_rank") {
+        let mla = match f.u64("kv_lora_rank")? {
             Some(kv_lora_rank) if kv_lora_rank > 0 => Some(MlaSpec {
-                q_lora_rank: get_u64(cfg, "q_lora_rank").filter(|&r| r > 0),
+                q_lora_rank: f.u64("q_lora_rank")?.filter(|&r| r > 0),
                 kv_lora_rank,
-                qk_nope_head_dim: require_u64(cfg, "qk_nope_head_dim", origin)?,
-                qk_rope_head_dim: require_u64(cfg, "qk_rope_head_dim", origin)?,
-                v_head_dim: require_u64(cfg, "v_head_dim", origin)?,
+                qk_nope_head_dim: f.require("qk_nope_head_dim")?,
+                qk_rope_head_dim: f.require("qk_rope_head_dim")?,
+                v_head_dim: f.require("v_head_dim")?,
             }),
             _ => None,
         };
 
-        let linear = match get_u64(cfg, "linear_num_value_heads") {
+        let linear = match f.u64("linear_num_value_heads")? {
             Some(nv) => Some(LinearAttnSpec {
-                num_k_heads: require_u64(cfg, "linear_num_key_heads", origin)?,
+                num_k_heads: f.require("linear_num_key_heads")?,
                 num_v_heads: nv,
-                k_head_dim: require_u64(cfg, "linear_key_head_dim", origin)?,
-                v_head_dim: require_u64(cfg, "linear_value_head_dim", origin)?,
-                conv_kernel: get_u64(cfg, "linear_conv_kernel_dim").unwrap_or(4),
+                k_head_dim: f.require("linear_key_head_dim")?,
+                v_head_dim: f.require("linear_value_head_dim")?,
+                conv_kernel: f.u64("linear_conv_kernel_dim")?.unwrap_or(4),
             }),
             None => None,
         };
 
-        let layers = parse_layers(cfg, &model_type, num_layers, moe.is_some(), linear.is_some(), origin)?;
-        let attention_bias = get_bool(cfg, "attention_bias").unwrap_or(model_type == "qwen2");
+        let layers = parse_layers(&f, num_layers, moe.is_some(), linear.is_some())?;
+        let gemma = model_type.starts_with("gemma");
         Ok(ModelConfig {
             name: name.to_string(),
             model_type: model_type.clone(),
@@ -200,16 +300,18 @@ impl ModelConfig {
             dense_inter,
             tie_embeddings,
             max_context,
-            attention_bias,
+            attention_bias: f.bool("attention_bias")?.unwrap_or(model_type == "qwen2"),
             o_bias: model_type == "gpt_oss",
-            mlp_bias: get_bool(cfg, "mlp_bias").unwrap_or(false),
+            mlp_bias: f.bool("mlp_bias")?.unwrap_or(false),
             attention_sinks: model_type == "gpt_oss",
             qk_norm: matches!(model_type.as_str(), "qwen3" | "qwen3_moe" | "qwen3_next" | "gemma3_text" | "gemma3"),
-            attn_output_gate: model_type == "qwen3_next",
+            attn_output_gate: f.bool("attn_output_gate")?.unwrap_or(model_type == "qwen3_next"),
+            norms_per_layer: if gemma { 4 } else { 2 },
             layers,
             moe,
             mla,
             linear,
+            unmodelled: unmodelled_features(&f),
         })
     }
 
@@ -298,30 +400,50 @@ impl ModelConfig {
         }
         let m = self.moe.as_ref().expect("moe layer without moe spec");
         let per_expert = 3 * h * m.expert_inter + if m.expert_bias { 2 * m.expert_inter + h } else { 0 };
-        let router = h * m.num_experts + if m.expert_bias { m.num_experts } else { 0 };
+        let router_bias = if m.expert_bias || m.router_score_bias { m.num_experts } else { 0 };
+        let router = h * m.num_experts + router_bias;
         let shared = 3 * h * m.shared_inter + if m.shared_expert_gate { h } else { 0 };
         let total = router + shared + m.num_experts * per_expert;
         let active = router + shared + m.topk * per_expert;
         (total, active)
     }
 
-    /// (total, active-per-token) parameter counts.
-    pub fn param_counts(&self) -> (u64, u64) {
-        let embed = self.vocab * self.hidden;
-        let head = if self.tie_embeddings { 0 } else { self.vocab * self.hidden };
-        let mut total = embed + head + self.hidden;
-        let mut active = total;
+    /// Parameters by part, language model only (MTP layers and vision towers excluded).
+    pub fn param_breakdown(&self) -> ParamBreakdown {
+        let mut b = ParamBreakdown {
+            embedding: self.embedding_params(),
+            lm_head: if self.tie_embeddings { 0 } else { self.vocab * self.hidden },
+            norms: self.hidden, // final norm
+            ..ParamBreakdown::default()
+        };
         for l in &self.layers {
-            let attn = self.attention_params(l.attn) + 2 * self.hidden;
-            let (mt, ma) = self.mlp_params(l.moe);
-            total += attn + mt;
-            active += attn + ma;
+            b.attention += self.attention_params(l.attn);
+            b.norms += self.norms_per_layer * self.hidden;
+            let (total, active) = self.mlp_params(l.moe);
+            if l.moe {
+                b.moe_total += total;
+                b.moe_active += active;
+            } else {
+                b.dense_mlp += total;
+            }
         }
-        (total, active)
+        b
+    }
+
+    /// (total, active-per-token) parameter counts. Active counts every non-expert parameter
+    /// (both embedding tables included) plus the shared and top-k routed experts.
+    pub fn param_counts(&self) -> (u64, u64) {
+        let b = self.param_breakdown();
+        (b.total(), b.active())
     }
 
     pub fn total_params(&self) -> u64 {
         self.param_counts().0
+    }
+
+    /// Parameters of the input embedding table (shared with the LM head when tied).
+    pub fn embedding_params(&self) -> u64 {
+        self.vocab * self.hidden
     }
 
     /// KV-cache bytes one token adds in one layer of this kind (0 for linear layers).
@@ -338,29 +460,77 @@ impl ModelConfig {
         self.layers.iter().map(|l| self.kv_bytes_per_token_layer(l.attn, kv_dtype)).sum()
     }
 
+    /// KV bytes one sequence of `context_tokens` holds: sliding layers keep at most `window`
+    /// tokens, linear layers none (their fixed state is `linear_state_bytes_per_seq`).
+    pub fn kv_bytes_per_seq(&self, context_tokens: u64, kv_dtype: Dtype) -> f64 {
+        self.layers
+            .iter()
+            .map(|l| {
+                let kept = match l.attn {
+                    AttnKind::Sliding { window } => context_tokens.min(window),
+                    _ => context_tokens,
+                };
+                kept as f64 * self.kv_bytes_per_token_layer(l.attn, kv_dtype)
+            })
+            .sum()
+    }
+
+    /// Short description of the layer mix, e.g. "12 full + 12 sliding(128)" or "61 MLA".
+    pub fn attention_mix_label(&self) -> String {
+        let (full, sliding, linear) = self.attention_mix();
+        let mut parts = Vec::new();
+        if full > 0 {
+            parts.push(format!("{full} {}", if self.mla.is_some() { "MLA" } else { "full" }));
+        }
+        if sliding > 0 {
+            let mut windows: Vec<u64> = self
+                .layers
+                .iter()
+                .filter_map(|l| match l.attn {
+                    AttnKind::Sliding { window } => Some(window),
+                    _ => None,
+                })
+                .collect();
+            windows.sort_unstable();
+            windows.dedup();
+            let w: Vec<String> = windows.iter().map(|w| w.to_string()).collect();
+            parts.push(format!("{sliding} sliding({})", w.join(",")));
+        }
+        if linear > 0 {
+            parts.push(format!("{linear} linear"));
+        }
+        parts.join(" + ")
+    }
+
+    /// Counts of (full, sliding, linear) attention layers.
+    pub fn attention_mix(&self) -> (usize, usize, usize) {
+        let count = |p: fn(&AttnKind) -> bool| self.layers.iter().filter(|l| p(&l.attn)).count();
+        (
+            count(|a| *a == AttnKind::Full),
+            count(|a| matches!(a, AttnKind::Sliding { .. })),
+            count(|a| *a == AttnKind::Linear),
+        )
+    }
+
     /// Recurrent-state bytes per sequence for linear-attention layers (fp32 state + conv state).
     pub fn linear_state_bytes_per_seq(&self) -> f64 {
         let Some(l) = &self.linear else { return 0.0 };
         let n_linear = self.layers.iter().filter(|x| x.attn == AttnKind::Linear).count() as f64;
         let state = (l.num_v_heads * l.k_head_dim * l.v_head_dim) as f64 * 4.0;
-        let conv = ((2 * l.num_k_heads * l.k_head_dim + l.num_v_heads * l.v_head_dim) * l.conv_kernel) as f64 * 2.0;
+        // The causal conv caches the last (kernel - 1) inputs of its q, k, v channels (bf16).
+        let conv_dim = 2 * l.num_k_heads * l.k_head_dim + l.num_v_heads * l.v_head_dim;
+        let conv = (conv_dim * l.conv_kernel.saturating_sub(1)) as f64 * 2.0;
         n_linear * (state + conv)
     }
 }
 
-fn parse_layers(
-    cfg: &Value,
-    model_type: &str,
-    num_layers: u64,
-    has_moe: bool,
-    has_linear: bool,
-    origin: &str,
-) -> Result<Vec<LayerSpec>> {
-    let window = get_u64(cfg, "sliding_window").filter(|&w| w > 0);
-    let use_sliding = get_bool(cfg, "use_sliding_window").unwrap_or(true);
+fn parse_layers(f: &Fields, num_layers: u64, has_moe: bool, has_linear: bool) -> Result<Vec<LayerSpec>> {
+    let origin = f.origin;
+    let window = f.u64("sliding_window")?.filter(|&w| w > 0);
+    let use_sliding = f.bool("use_sliding_window")?.unwrap_or(true);
     let n = num_layers as usize;
     let mut kinds: Vec<AttnKind> = Vec::with_capacity(n);
-    if let Some(types) = cfg.get("layer_types").and_then(|v| v.as_array()) {
+    if let Some(types) = f.cfg.get("layer_types").and_then(|v| v.as_array()) {
         if types.len() != n {
             bail!("{origin}: field 'layer_types' has {} entries, num_hidden_layers is {n}", types.len());
         }
@@ -368,54 +538,92 @@ fn parse_layers(
             let kind = match t.as_str().unwrap_or("") {
                 "full_attention" | "attention" => AttnKind::Full,
                 "sliding_attention" | "sliding_window_attention" | "local_attention" => AttnKind::Sliding {
-                    window: window.ok_or_else(|| anyhow!("{origin}: layer_types has sliding layers but no 'sliding_window'"))?,
+                    window: window
+                        .ok_or_else(|| anyhow!("{origin}: layer_types has sliding layers but no 'sliding_window'"))?,
                 },
                 "linear_attention" => AttnKind::Linear,
-                other => bail!(
-                    "{origin}: field 'layer_types[{i}]' = '{other}'; allowed: full_attention, sliding_attention, linear_attention"
+                _ => bail!(
+                    "{origin}: field 'layer_types[{i}]' = {t}; allowed: full_attention, sliding_attention, linear_attention"
                 ),
             };
             kinds.push(kind);
         }
     } else if has_linear {
-        let interval = get_u64(cfg, "full_attention_interval").unwrap_or(4).max(1);
-        for i in 0..n {
-            kinds.push(if (i as u64 + 1) % interval == 0 { AttnKind::Full } else { AttnKind::Linear });
+        // Qwen3-Next: every `full_attention_interval`-th layer is full attention.
+        let interval = f.u64("full_attention_interval")?.unwrap_or(4).max(1);
+        for i in 0..num_layers {
+            kinds.push(if (i + 1) % interval == 0 { AttnKind::Full } else { AttnKind::Linear });
         }
-    } else if let (Some(w), Some(pattern)) = (window, get_u64(cfg, "sliding_window_pattern")) {
+    } else if let (Some(w), Some(pattern)) = (window, f.u64("sliding_window_pattern")?) {
         // Gemma-style: every `pattern`-th layer is global, the rest local.
-        for i in 0..n {
-            kinds.push(if (i as u64 + 1) % pattern.max(1) == 0 { AttnKind::Full } else { AttnKind::Sliding { window: w } });
+        for i in 0..num_layers {
+            kinds.push(if (i + 1) % pattern.max(1) == 0 { AttnKind::Full } else { AttnKind::Sliding { window: w } });
         }
     } else if let (Some(w), true) = (window, use_sliding) {
-        let max_window_layers = get_u64(cfg, "max_window_layers").unwrap_or(num_layers);
-        for i in 0..n {
-            kinds.push(if (i as u64) < max_window_layers { AttnKind::Sliding { window: w } } else { AttnKind::Full });
+        // Qwen2-style: the first `max_window_layers` layers attend fully, later ones slide.
+        // Mistral has no such field: every layer slides.
+        let full_below = f.u64("max_window_layers")?.unwrap_or(0);
+        for i in 0..num_layers {
+            kinds.push(if i < full_below { AttnKind::Full } else { AttnKind::Sliding { window: w } });
         }
     } else {
         kinds = vec![AttnKind::Full; n];
     }
 
-    let first_dense = get_u64(cfg, "first_k_dense_replace").unwrap_or(0);
-    let moe_freq = get_u64(cfg, "moe_layer_freq").or_else(|| get_u64(cfg, "decoder_sparse_step")).unwrap_or(1).max(1);
-    let mlp_only: Vec<u64> = cfg
+    let first_dense = f.u64("first_k_dense_replace")?.unwrap_or(0);
+    let deepseek = f.model_type.starts_with("deepseek");
+    let moe_freq = match f.u64("moe_layer_freq")? {
+        Some(x) => x,
+        None => f.u64("decoder_sparse_step")?.unwrap_or(1),
+    }
+    .max(1);
+    let mlp_only: Vec<u64> = f
+        .cfg
         .get("mlp_only_layers")
         .and_then(|v| v.as_array())
         .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
         .unwrap_or_default();
     let layers = kinds
         .into_iter()
-        .enumerate()
-        .map(|(i, attn)| {
-            let i = i as u64;
+        .zip(0u64..)
+        .map(|(attn, i)| {
+            // DeepSeek: MoE from layer first_k_dense_replace on, every moe_layer_freq-th layer;
+            // Qwen-MoE: every decoder_sparse_step-th layer (1-based), except mlp_only_layers.
             let moe = has_moe
                 && i >= first_dense
                 && !mlp_only.contains(&i)
-                && if model_type.starts_with("deepseek") { i % moe_freq == 0 } else { (i + 1) % moe_freq == 0 };
+                && if deepseek { i % moe_freq == 0 } else { (i + 1) % moe_freq == 0 };
             LayerSpec { attn, moe }
         })
         .collect();
     Ok(layers)
+}
+
+/// Config features that change a model's cost or numerics but that this crate does not model.
+fn unmodelled_features(f: &Fields) -> Vec<String> {
+    let mut v = Vec::new();
+    let rope = f.cfg.get("rope_scaling").filter(|r| r.is_object());
+    if let Some(r) = rope {
+        let kind = r.get("rope_type").or_else(|| r.get("type")).and_then(|t| t.as_str()).unwrap_or("?");
+        v.push(format!("rope_scaling ({kind}): no cost, positions only"));
+    }
+    if let Some(p) = f.cfg.get("partial_rotary_factor").and_then(|p| p.as_f64()).filter(|&p| p < 1.0) {
+        v.push(format!("partial_rotary_factor {p}: RoPE cost counted over the full head"));
+    }
+    if let Some(n) = f.cfg.get("num_nextn_predict_layers").and_then(|n| n.as_u64()).filter(|&n| n > 0) {
+        v.push(format!("num_nextn_predict_layers {n}: MTP layers excluded from counts"));
+    }
+    if f.root.get("vision_config").is_some() {
+        v.push("vision_config: vision tower and projector excluded from counts".into());
+    }
+    if let Some(q) = f.root.get("quantization_config") {
+        let m = q.get("quant_method").and_then(|m| m.as_str()).unwrap_or("?");
+        v.push(format!("quantization_config ({m}): counts are parameters, not checkpoint bytes"));
+    }
+    if f.cfg.get("swiglu_limit").is_some() {
+        v.push("swiglu_limit: activation clamp, no cost".into());
+    }
+    v
 }
 
 include!(concat!(env!("OUT_DIR"), "/embedded_models.rs"));
@@ -424,18 +632,4 @@ pub fn builtin_model_names() -> Vec<String> {
     let mut v: Vec<String> = EMBEDDED_MODELS.iter().map(|(f, _)| f.trim_end_matches(".json").to_string()).collect();
     v.sort();
     v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn llama_8b_counts() {
-        let m = ModelConfig::load("llama-3.1-8b").unwrap();
-        let p = m.total_params() as f64;
-        assert!((p / 8.030e9 - 1.0).abs() < 0.01, "{p}");
-        // 32 layers x 2 (K,V) x 8 heads x 128 dims x 2 bytes = 131072 bytes per token.
-        assert_eq!(m.kv_bytes_per_token(Dtype::Bf16), 131072.0);
-    }
 }

@@ -1,10 +1,147 @@
-//! `kernelsight kernel` (placeholder until its issue lands).
-use anyhow::Result;
+//! `kernelsight kernel`: SOL and predicted time of one kernel, or of a CSV of kernels.
+use crate::hardware::load_gpu;
+use crate::perf::predictor::kernel_model_for;
+use crate::perf::sol::sol;
+use crate::perf::Tier;
+use crate::schema::{read_rows, write_rows, Dtype, Kernel, Op};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use serde_json::json;
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
-pub struct KernelArgs {}
+#[command(after_help = "Examples:\n  kernelsight kernel --gpu h200_sxm --op gemm --m 4096 --n 4096 --k 4096 --dtype bf16\n  kernelsight kernel --gpu h200_sxm --op attn_decode --batch 64 --kv-len 4096 --num-heads 32 --num-kv-heads 8 --head-dim 128\n  kernelsight kernel --gpu h100_sxm --input shapes.csv --output preds.csv")]
+pub struct KernelArgs {
+    /// GPU id or spec path.
+    #[arg(long, default_value = "h200_sxm")]
+    pub gpu: String,
+    /// Kernel-time model.
+    #[arg(long, value_enum, default_value = "roofline")]
+    pub tier: Tier,
+    /// CSV in the shared kernel-shape schema; writes input columns + sol_us, predicted_us.
+    #[arg(long, conflicts_with = "op")]
+    pub input: Option<PathBuf>,
+    /// Output CSV for --input (default: stdout).
+    #[arg(long, requires = "input")]
+    pub output: Option<PathBuf>,
+    /// Op of a single kernel (gemm, attn_prefill, attn_decode, moe, all_reduce, rmsnorm, ...).
+    #[arg(long)]
+    pub op: Option<Op>,
+    #[arg(long, default_value = "bf16")]
+    pub dtype: Dtype,
+    #[arg(long)]
+    pub kv_dtype: Option<Dtype>,
+    #[arg(long, default_value_t = 0)]
+    pub m: u64,
+    #[arg(long, default_value_t = 0)]
+    pub n: u64,
+    #[arg(long, default_value_t = 0)]
+    pub k: u64,
+    #[arg(long, default_value_t = 0)]
+    pub batch: u64,
+    #[arg(long, default_value_t = 0)]
+    pub seq_len: u64,
+    #[arg(long, default_value_t = 0)]
+    pub kv_len: u64,
+    #[arg(long, default_value_t = 0)]
+    pub num_heads: u64,
+    #[arg(long, default_value_t = 0)]
+    pub num_kv_heads: u64,
+    #[arg(long, default_value_t = 0)]
+    pub head_dim: u64,
+    #[arg(long, default_value_t = 0)]
+    pub num_tokens: u64,
+    #[arg(long, default_value_t = 0)]
+    pub hidden: u64,
+    #[arg(long, default_value_t = 0)]
+    pub inter: u64,
+    #[arg(long, default_value_t = 0)]
+    pub topk: u64,
+    #[arg(long, default_value_t = 0)]
+    pub num_experts: u64,
+    #[arg(long, default_value_t = 0)]
+    pub tp: u64,
+    #[arg(long, default_value_t = 0)]
+    pub ep: u64,
+    #[arg(long, default_value_t = 0)]
+    pub num_gpus: u64,
+    /// Message bytes for collectives, bytes copied for `copy`.
+    #[arg(long, default_value_t = 0)]
+    pub bytes: u64,
+    /// Sliding window (attention), 0 = none.
+    #[arg(long, default_value_t = 0)]
+    pub window: u64,
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: KernelArgs) -> Result<()> {
-    anyhow::bail!("'kernel' is not implemented yet")
+impl KernelArgs {
+    fn kernel(&self, op: Op) -> Kernel {
+        Kernel {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            batch: self.batch,
+            seq_len: self.seq_len,
+            kv_len: self.kv_len,
+            num_heads: self.num_heads,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+            num_tokens: self.num_tokens,
+            hidden: self.hidden,
+            inter: self.inter,
+            topk: self.topk,
+            num_experts: self.num_experts,
+            tp: self.tp,
+            ep: self.ep,
+            num_gpus: self.num_gpus,
+            bytes: self.bytes,
+            window: self.window,
+            kv_dtype: self.kv_dtype,
+            ..Kernel::new(op, self.dtype)
+        }
+    }
+}
+
+pub fn run(args: KernelArgs) -> Result<()> {
+    let gpu = load_gpu(&args.gpu)?;
+    let (model, note) = kernel_model_for(&gpu, args.tier)?;
+    if let Some(note) = &note {
+        eprintln!("note: {note}");
+    }
+    if let Some(input) = &args.input {
+        let rows = read_rows(input)?;
+        let preds: Vec<(f64, f64)> = rows.iter().map(|r| (sol(&r.kernel, &gpu).sol_us, model.predict_us(&r.kernel))).collect();
+        let fmt = |i: usize| vec![format!("{:.4}", preds[i].0), format!("{:.4}", preds[i].1)];
+        match &args.output {
+            Some(p) => {
+                let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+                write_rows(f, &rows, &["sol_us", "predicted_us"], fmt)?;
+                eprintln!("wrote {} predictions to {}", rows.len(), p.display());
+            }
+            None => write_rows(std::io::stdout().lock(), &rows, &["sol_us", "predicted_us"], fmt)?,
+        }
+        return Ok(());
+    }
+    let Some(op) = args.op else { bail!("give --op (and its shape fields) or --input shapes.csv") };
+    let k = args.kernel(op);
+    k.validate()?;
+    let s = sol(&k, &gpu);
+    let predicted_us = model.predict_us(&k);
+    if args.json {
+        let out = json!({
+            "gpu": gpu.id, "op": k.op, "dtype": k.dtype, "shape": k.shape_string(), "flops": s.flops, "bytes": s.bytes,
+            "sol_us": s.sol_us, "bound": s.bound, "predicted_us": predicted_us, "tier": model.tier().as_str(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("{} {} {} on {}", k.op, k.dtype, k.shape_string(), gpu.id);
+        println!("  flops        {:.4e}", s.flops);
+        println!("  bytes        {:.4e}", s.bytes);
+        println!("  compute      {:.3} us at {:.0} TFLOP/s", s.compute_us, gpu.peak_flops(k.dtype) / 1e12);
+        println!("  traffic      {:.3} us", s.memory_us);
+        println!("  SOL          {:.3} us ({}-bound)", s.sol_us, s.bound.as_str());
+        println!("  predicted    {:.3} us [{}]", predicted_us, model.describe());
+    }
+    Ok(())
 }

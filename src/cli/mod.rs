@@ -1,5 +1,6 @@
 //! One file per subcommand; each parses its flags and calls the library.
 pub mod bench;
+pub mod common;
 pub mod calibrate;
 pub mod capacity;
 pub mod hw;
@@ -12,3 +13,4 @@ pub mod simulate;
 pub mod sol;
 pub mod step;
 pub mod validate;
+pub mod workload;

@@ -1,10 +1,83 @@
-//! `kernelsight step` (placeholder until its issue lands).
-use anyhow::Result;
+//! `kernelsight step`: the per-kernel table of one forward step.
+use super::common::DeployArgs;
+use crate::batch_spec::parse_batch_spec;
+use crate::kernels::memory;
+use crate::perf::predictor::Predictor;
+use crate::perf::{StepTimeModel, Tier};
+use anyhow::{bail, Result};
 use clap::Args;
+use serde_json::json;
 
 #[derive(Debug, Args)]
-pub struct StepArgs {}
+#[command(after_help = "Example:\n  kernelsight step --model llama-3.1-8b --gpu h200_sxm --batch prefill:2x512,decode:64@2048")]
+pub struct StepArgs {
+    #[command(flatten)]
+    pub deploy: DeployArgs,
+    /// Batch: prefill:COUNTxTOKENS[@CACHED] and decode:COUNT@CACHED items, comma-separated.
+    #[arg(long, default_value = "prefill:1x512,decode:32@1024")]
+    pub batch: String,
+    /// Print JSON (kernels array plus totals) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: StepArgs) -> Result<()> {
-    anyhow::bail!("'step' is not implemented yet")
+pub fn run(args: StepArgs) -> Result<()> {
+    let (model, gpu, dep) = args.deploy.load()?;
+    let seqs = parse_batch_spec(&args.batch)?;
+    let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+    let plan = memory::plan(&model, &gpu, &dep, 0.9, tokens.max(2048))?;
+    let kv_tokens: u64 = seqs.iter().map(|s| (s.new_tokens + s.cached_tokens) as u64).sum();
+    if kv_tokens > plan.kv_capacity_tokens {
+        bail!(
+            "batch holds {kv_tokens} KV tokens but {} on {} (tp={}) fits {} ({:.1} GiB KV budget per GPU at {:.0} bytes/token)",
+            model.name, gpu.id, dep.tp, plan.kv_capacity_tokens,
+            plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu
+        );
+    }
+    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Roofline))?;
+    let table = pred.kernel_table(&seqs);
+    let cost = pred.step_time(&seqs);
+    let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();
+    let total_bytes: f64 = table.iter().map(|t| t.sol.bytes * t.instance.count as f64).sum();
+    let sol_us: f64 = table.iter().map(|t| t.sol.sol_us * t.instance.count as f64).sum();
+    let kernel_us: f64 = table.iter().map(|t| t.predicted_us * t.instance.count as f64).sum();
+    if args.json {
+        let kernels: Vec<_> = table
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.instance.name, "op": t.instance.kernel.op, "shape": t.instance.kernel.shape_string(),
+                    "dtype": t.instance.kernel.dtype, "count": t.instance.count, "flops": t.sol.flops, "bytes": t.sol.bytes,
+                    "sol_us": t.sol.sol_us, "bound": t.sol.bound, "predicted_us": t.predicted_us,
+                })
+            })
+            .collect();
+        let out = json!({
+            "model": model.name, "gpu": gpu.id, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "tier": pred.tier().as_str(),
+            "predictor": pred.describe(), "kernels": kernels, "total_flops": total_flops, "total_bytes": total_bytes,
+            "sol_us": sol_us, "kernel_us": kernel_us, "host_us": cost.host_us, "predicted_us": cost.total_us,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {} (tp={} pp={} ep={}, {} weights, {} KV), batch {} ({} seqs, {} new tokens)",
+        model.name, gpu.id, dep.tp, dep.pp, dep.ep, dep.weight_dtype, dep.kv_dtype, args.batch, seqs.len(), tokens
+    );
+    println!("predictor: {}\n", pred.describe());
+    println!("{:<36} {:<18} {:>5} {:>11} {:>11} {:>9} {:>8} {:>11}  shape", "kernel", "op", "count", "GFLOP", "MB", "SOL us", "bound", "pred us");
+    for t in &table {
+        println!(
+            "{:<36} {:<18} {:>5} {:>11.3} {:>11.3} {:>9.2} {:>8} {:>11.2}  {}",
+            t.instance.name, t.instance.kernel.op.as_str(), t.instance.count, t.sol.flops / 1e9, t.sol.bytes / 1e6,
+            t.sol.sol_us, t.sol.bound.as_str(), t.predicted_us, t.instance.kernel.shape_string()
+        );
+    }
+    println!(
+        "\ntotal: {:.2} TFLOP, {:.3} GB, SOL {:.1} us, kernels {:.1} us, host {:.1} us, step {:.1} us",
+        total_flops / 1e12, total_bytes / 1e9, sol_us, kernel_us, cost.host_us, cost.total_us
+    );
+    let shares: Vec<String> = cost.classes().iter().filter(|c| c.1 > 0.0).map(|(n, us)| format!("{n} {:.0}%", 100.0 * us / cost.total_us)).collect();
+    println!("time share: {}", shares.join(", "));
+    Ok(())
 }

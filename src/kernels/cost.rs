@@ -1,0 +1,196 @@
+//! FLOPs and compulsory bytes of one kernel: the inputs to its speed-of-light bound.
+//! Bytes count each tensor moved to or from HBM once (a true lower bound); FLOPs count
+//! multiply-adds as 2.
+
+use crate::schema::{Dtype, Kernel, Op};
+
+/// Bytes of one activation element: quantized matmuls still read/write bf16 activations
+/// except their own quantized input, which the GEMM dtype covers.
+fn act_bytes(d: Dtype) -> f64 {
+    if d.is_quantized() {
+        2.0
+    } else {
+        d.bytes()
+    }
+}
+
+/// Causal attention: query i (0-based, after `prefix` cached tokens) attends
+/// `min(prefix + i + 1, window)` keys. Returns the summed key count over the `s` queries.
+pub fn causal_pairs(s: u64, prefix: u64, window: u64) -> f64 {
+    if window == 0 || prefix + s <= window {
+        let (s, p) = (s as f64, prefix as f64);
+        return s * p + s * (s + 1.0) / 2.0;
+    }
+    let (s, p) = (s as f64, prefix as f64);
+    let w = window as f64;
+    // Queries whose causal span exceeds the window attend exactly w keys.
+    let first_capped = (w - p).max(0.0); // queries with p + i + 1 <= w
+    let uncapped = first_capped * p + first_capped * (first_capped + 1.0) / 2.0;
+    uncapped + (s - first_capped) * w
+}
+
+/// Distinct keys a prefill reads per sequence: cached prefix + new, capped by the window
+/// plus the new tokens.
+fn keys_read(s: u64, prefix: u64, window: u64) -> f64 {
+    let total = prefix + s;
+    if window == 0 {
+        total as f64
+    } else {
+        total.min(window + s) as f64
+    }
+}
+
+/// Expected number of distinct experts hit when `assignments` routings fall uniformly on `e` experts.
+pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
+    if e <= 0.0 {
+        return 0.0;
+    }
+    e * (1.0 - (1.0 - 1.0 / e).powf(assignments))
+}
+
+pub fn flops(k: &Kernel) -> f64 {
+    let f = |x: u64| x as f64;
+    match k.op {
+        Op::Gemm => 2.0 * f(k.m) * f(k.n) * f(k.k),
+        Op::AttnPrefill => {
+            let pairs = causal_pairs(k.seq_len, k.kv_len, k.window);
+            4.0 * f(k.batch) * f(k.num_heads) * f(k.head_dim) * pairs
+        }
+        Op::AttnDecode => {
+            let kv = if k.window > 0 { k.kv_len.min(k.window) } else { k.kv_len };
+            4.0 * f(k.batch) * f(k.num_heads) * f(k.head_dim) * f(kv)
+        }
+        // MLA in latent (absorbed) form: head_dim = kv_lora_rank + rope dim (576 for DeepSeek),
+        // values of kv_lora_rank (512): QK over head_dim, PV over head_dim - 64.
+        Op::MlaPrefill => {
+            let pairs = causal_pairs(k.seq_len, k.kv_len, 0);
+            2.0 * f(k.batch) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * pairs
+        }
+        Op::MlaDecode => 2.0 * f(k.batch) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * f(k.kv_len),
+        // Gated DeltaNet: per token and value head a d_k x d_v state update and readout (~4 MACs/elem).
+        Op::LinearAttn => 8.0 * f(k.num_tokens) * f(k.num_heads) * f(k.head_dim) * f(k.head_dim),
+        Op::Moe => {
+            let ep = k.ep.max(1) as f64;
+            let tp = k.tp.max(1) as f64;
+            let assignments = f(k.num_tokens) * f(k.topk) / ep;
+            // gate+up (2*inter) and down (inter), each a 2-FLOP MAC per element.
+            2.0 * assignments * f(k.hidden) * 3.0 * f(k.inter) / tp
+        }
+        Op::MoeRouter => 2.0 * f(k.num_tokens) * f(k.hidden) * f(k.num_experts),
+        Op::AllReduce | Op::ReduceScatter => f(k.bytes) / k.dtype.bytes(),
+        Op::Rmsnorm | Op::FusedAddRmsnorm => 4.0 * f(k.num_tokens) * f(k.hidden),
+        Op::SiluMul => 4.0 * f(k.num_tokens) * f(k.hidden),
+        Op::Rope => 3.0 * f(k.num_tokens) * f(k.num_heads + k.num_kv_heads) * f(k.head_dim),
+        Op::Add => f(k.num_tokens) * f(k.hidden),
+        Op::Sampling => 5.0 * f(k.num_tokens) * f(k.hidden),
+        Op::AllGather | Op::AllToAll | Op::P2p | Op::Embedding | Op::Copy => 0.0,
+    }
+}
+
+/// Compulsory HBM bytes (collectives: the per-GPU message, moved over links, not HBM).
+pub fn bytes(k: &Kernel) -> f64 {
+    let f = |x: u64| x as f64;
+    let d = k.dtype.bytes();
+    let a = act_bytes(k.dtype);
+    match k.op {
+        Op::Gemm => {
+            // Weight (k x n) in the GEMM dtype; quantized GEMMs read quantized activations
+            // and write bf16.
+            let scale = if matches!(k.dtype, Dtype::Fp4) { 1.0 + 1.0 / 16.0 } else { 1.0 };
+            (f(k.m) * f(k.k) + f(k.k) * f(k.n)) * d * scale + f(k.m) * f(k.n) * a
+        }
+        Op::AttnPrefill => {
+            let kvb = k.kv_dtype().bytes();
+            let q_o = 2.0 * f(k.batch) * f(k.seq_len) * f(k.num_heads) * f(k.head_dim) * a;
+            let keys = keys_read(k.seq_len, k.kv_len, k.window);
+            q_o + 2.0 * f(k.batch) * keys * f(k.num_kv_heads) * f(k.head_dim) * kvb
+        }
+        Op::AttnDecode => {
+            let kvb = k.kv_dtype().bytes();
+            let kv = if k.window > 0 { k.kv_len.min(k.window) } else { k.kv_len };
+            let q_o = 2.0 * f(k.batch) * f(k.num_heads) * f(k.head_dim) * a;
+            q_o + 2.0 * f(k.batch) * f(kv) * f(k.num_kv_heads) * f(k.head_dim) * kvb
+        }
+        Op::MlaPrefill => {
+            let kvb = k.kv_dtype().bytes();
+            let q_o = f(k.batch) * f(k.seq_len) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * a;
+            q_o + f(k.batch) * f(k.kv_len + k.seq_len) * f(k.head_dim) * kvb
+        }
+        Op::MlaDecode => {
+            let kvb = k.kv_dtype().bytes();
+            let q_o = f(k.batch) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * a;
+            q_o + f(k.batch) * f(k.kv_len) * f(k.head_dim) * kvb
+        }
+        Op::LinearAttn => {
+            // q, k, v, gates in and out once, plus the fp32 state read and written per
+            // sequence (batch); state = heads * d * d.
+            let io = 4.0 * f(k.num_tokens) * f(k.num_heads) * f(k.head_dim) * a;
+            io + 2.0 * f(k.batch.max(1)) * f(k.num_heads) * f(k.head_dim) * f(k.head_dim) * 4.0
+        }
+        Op::Moe => {
+            let ep = k.ep.max(1) as f64;
+            let tp = k.tp.max(1) as f64;
+            let local_experts = f(k.num_experts) / ep;
+            let assignments = f(k.num_tokens) * f(k.topk) / ep;
+            let active = expected_active_experts(local_experts, assignments.min(f(k.num_tokens) * local_experts));
+            let w = active * 3.0 * f(k.hidden) * f(k.inter) / tp * d;
+            // tokens in, their routed copies' results out (combined in place).
+            w + 2.0 * f(k.num_tokens) * f(k.hidden) * a
+        }
+        Op::MoeRouter => f(k.num_tokens) * f(k.hidden) * a + f(k.hidden) * f(k.num_experts) * a,
+        Op::AllReduce | Op::AllGather | Op::ReduceScatter | Op::AllToAll | Op::P2p => f(k.bytes),
+        Op::Rmsnorm => 2.0 * f(k.num_tokens) * f(k.hidden) * a + f(k.hidden) * a,
+        Op::FusedAddRmsnorm => 4.0 * f(k.num_tokens) * f(k.hidden) * a + f(k.hidden) * a,
+        // reads gate and up (2 x hidden), writes hidden.
+        Op::SiluMul => 3.0 * f(k.num_tokens) * f(k.hidden) * a,
+        Op::Rope => 2.0 * f(k.num_tokens) * f(k.num_heads + k.num_kv_heads) * f(k.head_dim) * a,
+        Op::Add => 3.0 * f(k.num_tokens) * f(k.hidden) * a,
+        Op::Embedding => 2.0 * f(k.num_tokens) * f(k.hidden) * a,
+        // fp32 logits over the vocabulary (hidden = vocab size) read once.
+        Op::Sampling => f(k.num_tokens) * f(k.hidden) * 4.0,
+        Op::Copy => 2.0 * f(k.bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_counts() {
+        let k = Kernel::gemm(Dtype::Bf16, 8192, 8192, 8192);
+        assert_eq!(flops(&k), 2.0 * 8192f64.powi(3));
+        assert_eq!(bytes(&k), 3.0 * 8192f64 * 8192.0 * 2.0);
+    }
+
+    #[test]
+    fn causal_pairs_match_brute_force() {
+        for (s, p, w) in [(7u64, 0u64, 0u64), (7, 5, 0), (10, 3, 4), (10, 0, 4), (3, 10, 4), (16, 16, 64)] {
+            let brute: u64 = (0..s).map(|i| if w == 0 { p + i + 1 } else { (p + i + 1).min(w) }).sum();
+            assert_eq!(causal_pairs(s, p, w), brute as f64, "s={s} p={p} w={w}");
+        }
+    }
+
+    #[test]
+    fn decode_reads_the_kv_cache() {
+        let mut k = Kernel::new(Op::AttnDecode, Dtype::Bf16);
+        (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (64, 4096, 32, 8, 128);
+        let kv = 64.0 * 4096.0 * 8.0 * 128.0 * 2.0 * 2.0;
+        let qo = 2.0 * 64.0 * 32.0 * 128.0 * 2.0;
+        assert_eq!(bytes(&k), kv + qo);
+        k.window = 1024;
+        assert_eq!(bytes(&k), kv / 4.0 + qo);
+    }
+
+    #[test]
+    fn moe_reads_only_active_experts() {
+        let mut k = Kernel::new(Op::Moe, Dtype::Bf16);
+        (k.num_tokens, k.hidden, k.inter, k.topk, k.num_experts) = (1, 4096, 1024, 2, 64);
+        // One token routed to 2 experts reads ~2 experts' weights (expected distinct ~1.98).
+        let one_expert = 3.0 * 4096.0 * 1024.0 * 2.0;
+        let b = bytes(&k);
+        assert!(b > 1.9 * one_expert && b < 2.1 * one_expert, "{b}");
+        k.num_tokens = 100_000;
+        assert!(bytes(&k) > 63.9 * one_expert);
+    }
+}

@@ -1,0 +1,268 @@
+//! Expands (model, deployment, batch) into the kernels one GPU runs for one forward step.
+//!
+//! Shapes are per GPU: tensor parallelism splits heads and MLP widths by `tp` (KV heads are
+//! replicated when fewer than `tp`), experts are split over `ep` GPUs with each expert's width
+//! split over `tp / ep`. Identical layers are emitted once with a repeat count. With pipeline
+//! parallelism the list covers all stages, so its total is one micro-batch's latency through the
+//! whole pipeline.
+
+use crate::deployment::Deployment;
+use crate::model::{AttnKind, ModelConfig};
+use crate::perf::SeqWork;
+use crate::schema::{Dtype, Kernel, Op};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelInstance {
+    /// Where in the model it runs, e.g. `layer[sliding,moe].qkv_proj`.
+    pub name: String,
+    pub kernel: Kernel,
+    /// How many times it runs in the step (e.g. once per identical layer).
+    pub count: u64,
+}
+
+/// Batch summary the graph needs: total new tokens, sequences, and per-sequence work.
+pub struct BatchShape<'a> {
+    pub seqs: &'a [SeqWork],
+}
+
+impl BatchShape<'_> {
+    pub fn total_tokens(&self) -> u64 {
+        self.seqs.iter().map(|s| s.new_tokens as u64).sum()
+    }
+}
+
+fn div_ceil(a: u64, b: u64) -> u64 {
+    a.div_ceil(b.max(1))
+}
+
+/// Per-GPU head counts under tensor parallelism.
+pub fn heads_per_gpu(model: &ModelConfig, tp: u64) -> (u64, u64) {
+    (div_ceil(model.num_heads, tp), div_ceil(model.num_kv_heads, tp).max(1))
+}
+
+/// Kernels that depend only on the token count: everything except attention cores.
+/// `num_tokens` = new tokens in the step, `num_seqs` = sequences producing logits.
+pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num_seqs: u64) -> Vec<KernelInstance> {
+    let mut out = Vec::new();
+    let t = num_tokens;
+    let tp = dep.tp;
+    let w = dep.weight_dtype;
+    let a = dep.act_dtype_for_elementwise();
+    let h = model.hidden;
+    let push = |out: &mut Vec<KernelInstance>, name: String, kernel: Kernel, count: u64| {
+        if count > 0 {
+            out.push(KernelInstance { name, kernel, count });
+        }
+    };
+    let ew = |op: Op, hidden: u64| Kernel { num_tokens: t, hidden, ..Kernel::new(op, a) };
+    push(&mut out, "embedding".into(), ew(Op::Embedding, h), 1);
+
+    for ((attn, moe), count) in layer_groups(model) {
+        let tag = format!("layer[{},{}]", attn_tag(attn), if moe { "moe" } else { "dense" });
+        push(&mut out, format!("{tag}.input_norm"), ew(Op::FusedAddRmsnorm, h), count);
+        match (attn, &model.mla, &model.linear) {
+            (AttnKind::Linear, _, Some(l)) => {
+                let key = l.num_k_heads * l.k_head_dim;
+                let val = l.num_v_heads * l.v_head_dim;
+                let n = div_ceil(2 * key + 2 * val + 2 * l.num_v_heads, tp);
+                push(&mut out, format!("{tag}.in_proj"), Kernel::gemm(w, t, n, h), count);
+                push(&mut out, format!("{tag}.out_proj"), Kernel::gemm(w, t, h, div_ceil(val, tp)), count);
+                // gated RMSNorm on the value output
+                push(&mut out, format!("{tag}.gated_norm"), ew(Op::Rmsnorm, div_ceil(val, tp)), count);
+            }
+            (_, Some(m), _) => {
+                let heads = div_ceil(model.num_heads, tp);
+                let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+                match m.q_lora_rank {
+                    Some(r) => {
+                        push(&mut out, format!("{tag}.q_a_proj"), Kernel::gemm(w, t, r, h), count);
+                        push(&mut out, format!("{tag}.q_b_proj"), Kernel::gemm(w, t, heads * qk, r), count);
+                    }
+                    None => push(&mut out, format!("{tag}.q_proj"), Kernel::gemm(w, t, heads * qk, h), count),
+                }
+                push(&mut out, format!("{tag}.kv_a_proj"), Kernel::gemm(w, t, m.kv_lora_rank + m.qk_rope_head_dim, h), count);
+                // kv_b: decompress latent to per-head K_nope and V (absorbed into q/o for decode;
+                // same weight bytes and similar FLOPs either way).
+                push(&mut out, format!("{tag}.kv_b_proj"), Kernel::gemm(w, t, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), count);
+                push(&mut out, format!("{tag}.rope"), Kernel { num_tokens: t, num_heads: heads, num_kv_heads: 1, head_dim: m.qk_rope_head_dim, ..Kernel::new(Op::Rope, a) }, count);
+                push(&mut out, format!("{tag}.o_proj"), Kernel::gemm(w, t, h, heads * m.v_head_dim), count);
+            }
+            _ => {
+                let (hq, hkv) = heads_per_gpu(model, tp);
+                let gate = if model.attn_output_gate { 2 } else { 1 };
+                let n = (gate * hq + 2 * hkv) * model.head_dim;
+                push(&mut out, format!("{tag}.qkv_proj"), Kernel::gemm(w, t, n, h), count);
+                push(&mut out, format!("{tag}.rope"), Kernel { num_tokens: t, num_heads: hq, num_kv_heads: hkv, head_dim: model.head_dim, ..Kernel::new(Op::Rope, a) }, count);
+                push(&mut out, format!("{tag}.o_proj"), Kernel::gemm(w, t, h, hq * model.head_dim), count);
+            }
+        }
+        if tp > 1 {
+            let ar = Kernel { bytes: t * h * 2, num_gpus: tp, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
+            push(&mut out, format!("{tag}.attn_all_reduce"), ar, count);
+        }
+        push(&mut out, format!("{tag}.post_attn_norm"), ew(Op::FusedAddRmsnorm, h), count);
+        if moe {
+            let m = model.moe.as_ref().expect("moe layer without spec");
+            push(&mut out, format!("{tag}.router"), Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, ..Kernel::new(Op::MoeRouter, a) }, count);
+            let experts = Kernel {
+                num_tokens: t,
+                hidden: h,
+                inter: m.expert_inter,
+                topk: m.topk,
+                num_experts: m.num_experts,
+                tp: tp / dep.ep,
+                ep: dep.ep,
+                ..Kernel::new(Op::Moe, w)
+            };
+            push(&mut out, format!("{tag}.experts"), experts, count);
+            if m.shared_inter > 0 {
+                let si = div_ceil(m.shared_inter, tp);
+                push(&mut out, format!("{tag}.shared_gate_up"), Kernel::gemm(w, t, 2 * si, h), count);
+                push(&mut out, format!("{tag}.shared_act"), ew(Op::SiluMul, si), count);
+                push(&mut out, format!("{tag}.shared_down"), Kernel::gemm(w, t, h, si), count);
+            }
+        } else {
+            let i = div_ceil(model.dense_inter, tp);
+            push(&mut out, format!("{tag}.gate_up_proj"), Kernel::gemm(w, t, 2 * i, h), count);
+            push(&mut out, format!("{tag}.act"), ew(Op::SiluMul, i), count);
+            push(&mut out, format!("{tag}.down_proj"), Kernel::gemm(w, t, h, i), count);
+        }
+        if tp > 1 {
+            let ar = Kernel { bytes: t * h * 2, num_gpus: tp, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
+            push(&mut out, format!("{tag}.mlp_all_reduce"), ar, count);
+        }
+    }
+    if dep.pp > 1 {
+        let p2p = Kernel { bytes: t * h * 2, num_gpus: 2, ..Kernel::new(Op::P2p, Dtype::Bf16) };
+        push(&mut out, "pp_send_recv".into(), p2p, dep.pp - 1);
+    }
+    if num_seqs > 0 {
+        push(&mut out, "final_norm".into(), Kernel { num_tokens: num_seqs, hidden: h, ..Kernel::new(Op::Rmsnorm, a) }, 1);
+        // lm_head stays in bf16 in quantized checkpoints.
+        let head_dtype = if w.is_quantized() { Dtype::Bf16 } else { w };
+        push(&mut out, "lm_head".into(), Kernel::gemm(head_dtype, num_seqs, div_ceil(model.vocab, tp), h), 1);
+        if tp > 1 {
+            let ag = Kernel { bytes: num_seqs * model.vocab * 2, num_gpus: tp, ..Kernel::new(Op::AllGather, Dtype::Bf16) };
+            push(&mut out, "logits_all_gather".into(), ag, 1);
+        }
+        push(&mut out, "sampling".into(), Kernel { num_tokens: num_seqs, hidden: model.vocab, ..Kernel::new(Op::Sampling, Dtype::Fp32) }, 1);
+    }
+    out
+}
+
+/// Attention-core kernels (the part that depends on each sequence's context length).
+pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
+    let mut out = Vec::new();
+    let (hq, hkv) = heads_per_gpu(model, dep.tp);
+    let a = dep.act_dtype_for_elementwise();
+    let kv_dtype = dep.kv_dtype;
+    // Group prefill chunks by (new, cached) so identical chunks share one kernel.
+    let mut prefills: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    let mut decodes: Vec<u32> = Vec::new();
+    for s in seqs {
+        if s.new_tokens == 1 && s.cached_tokens > 0 {
+            decodes.push(s.cached_tokens + 1);
+        } else {
+            *prefills.entry((s.new_tokens, s.cached_tokens)).or_default() += 1;
+        }
+    }
+    let num_seqs = seqs.len() as u64;
+    let total_tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+    for (attn, count) in attention_groups(model) {
+        let tag = format!("layer[{}]", attn_tag(attn));
+        let window = match attn {
+            AttnKind::Sliding { window } => window,
+            _ => 0,
+        };
+        if attn == AttnKind::Linear {
+            let l = model.linear.as_ref().expect("linear layer without spec");
+            let k = Kernel {
+                num_tokens: total_tokens,
+                batch: num_seqs,
+                num_heads: div_ceil(l.num_v_heads, dep.tp),
+                num_kv_heads: div_ceil(l.num_k_heads, dep.tp).max(1),
+                head_dim: l.k_head_dim,
+                ..Kernel::new(Op::LinearAttn, a)
+            };
+            out.push(KernelInstance { name: format!("{tag}.gated_delta_rule"), kernel: k, count });
+            continue;
+        }
+        let (prefill_op, decode_op, heads, kv_heads, head_dim) = match &model.mla {
+            Some(m) => (Op::MlaPrefill, Op::MlaDecode, hq, 1, m.kv_lora_rank + m.qk_rope_head_dim),
+            None => (Op::AttnPrefill, Op::AttnDecode, hq, hkv, model.head_dim),
+        };
+        for (&(new, cached), &n) in &prefills {
+            let k = Kernel {
+                batch: n,
+                seq_len: new as u64,
+                kv_len: cached as u64,
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim,
+                window,
+                kv_dtype: Some(kv_dtype),
+                ..Kernel::new(prefill_op, a)
+            };
+            out.push(KernelInstance { name: format!("{tag}.attn_prefill"), kernel: k, count });
+        }
+        if !decodes.is_empty() {
+            // Decode cost is linear in each sequence's (window-capped) KV length: one kernel
+            // with the mean length has the same FLOPs and bytes.
+            let capped: u64 = decodes.iter().map(|&l| if window > 0 { (l as u64).min(window) } else { l as u64 }).sum();
+            let mean = div_ceil(capped, decodes.len() as u64);
+            let k = Kernel {
+                batch: decodes.len() as u64,
+                kv_len: mean,
+                num_heads: heads,
+                num_kv_heads: kv_heads,
+                head_dim,
+                kv_dtype: Some(kv_dtype),
+                ..Kernel::new(decode_op, a)
+            };
+            out.push(KernelInstance { name: format!("{tag}.attn_decode"), kernel: k, count });
+        }
+    }
+    out
+}
+
+/// All kernels of one step.
+pub fn step_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
+    let shape = BatchShape { seqs };
+    let mut v = token_kernels(model, dep, shape.total_tokens(), seqs.len() as u64);
+    // Attention sits between RoPE and o_proj; for tables, list it after the token kernels.
+    v.extend(attention_kernels(model, dep, seqs));
+    v
+}
+
+fn attn_tag(a: AttnKind) -> String {
+    match a {
+        AttnKind::Full => "full".into(),
+        AttnKind::Sliding { window } => format!("sliding{window}"),
+        AttnKind::Linear => "linear".into(),
+    }
+}
+
+/// Layers grouped by (attention kind, moe), in first-appearance order, with counts.
+fn layer_groups(model: &ModelConfig) -> Vec<((AttnKind, bool), u64)> {
+    let mut groups: Vec<((AttnKind, bool), u64)> = Vec::new();
+    for l in &model.layers {
+        match groups.iter_mut().find(|(k, _)| *k == (l.attn, l.moe)) {
+            Some((_, c)) => *c += 1,
+            None => groups.push(((l.attn, l.moe), 1)),
+        }
+    }
+    groups
+}
+
+fn attention_groups(model: &ModelConfig) -> Vec<(AttnKind, u64)> {
+    let mut groups: Vec<(AttnKind, u64)> = Vec::new();
+    for l in &model.layers {
+        match groups.iter_mut().find(|(k, _)| *k == l.attn) {
+            Some((_, c)) => *c += 1,
+            None => groups.push((l.attn, 1)),
+        }
+    }
+    groups
+}

@@ -1,0 +1,135 @@
+//! GPU memory per GPU: weights, activation workspace, KV cache, and how many KV tokens fit.
+
+use crate::deployment::Deployment;
+use crate::hardware::GpuSpec;
+use crate::model::{AttnKind, ModelConfig};
+use crate::schema::Dtype;
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+/// Fixed per-GPU reserve outside the model: CUDA context, cuBLAS/NCCL workspaces, CUDA graphs.
+/// vLLM reports ~1-2 GiB of "non-torch" memory on Hopper; we take 1.5 GiB.
+pub const RUNTIME_RESERVE_BYTES: f64 = 1.5 * 1024.0 * 1024.0 * 1024.0;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryPlan {
+    pub capacity_bytes_per_gpu: f64,
+    pub weight_bytes_per_gpu: f64,
+    pub activation_bytes_per_gpu: f64,
+    pub kv_bytes_per_token_per_gpu: f64,
+    /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
+    pub state_bytes_per_seq_per_gpu: f64,
+    pub kv_budget_bytes_per_gpu: f64,
+    pub kv_capacity_tokens: u64,
+}
+
+/// Weight bytes one GPU holds. Embedding and lm_head stay 16-bit in quantized checkpoints.
+pub fn weight_bytes_per_gpu(model: &ModelConfig, dep: &Deployment) -> f64 {
+    let total = model.total_params() as f64;
+    let embed = (model.vocab * model.hidden) as f64 * if model.tie_embeddings { 1.0 } else { 2.0 };
+    let body = (total - embed) * dep.weight_dtype.bytes();
+    let wide = if dep.weight_dtype.is_quantized() { Dtype::Bf16.bytes() } else { dep.weight_dtype.bytes() };
+    (body + embed * wide) / (dep.tp * dep.pp) as f64
+}
+
+/// KV bytes per token on one GPU: KV heads split over TP (replicated when fewer than TP),
+/// MLA latents replicated on every TP rank, layers split over PP.
+pub fn kv_bytes_per_token_per_gpu(model: &ModelConfig, dep: &Deployment) -> f64 {
+    let per_layer: f64 = model
+        .layers
+        .iter()
+        .map(|l| match (l.attn, &model.mla) {
+            (AttnKind::Linear, _) => 0.0,
+            (_, Some(_)) => model.kv_bytes_per_token_layer(l.attn, dep.kv_dtype),
+            _ => {
+                let kv_heads = model.num_kv_heads.div_ceil(dep.tp).max(1);
+                (2 * kv_heads * model.head_dim) as f64 * dep.kv_dtype.bytes()
+            }
+        })
+        .sum();
+    per_layer / dep.pp as f64
+}
+
+/// Peak activation workspace for a step of `max_tokens` tokens (vLLM profiles a dummy run of
+/// max_num_batched_tokens): residual, normed input, qkv, attention output, the MLP's widest
+/// intermediate (gate+up) and fp32 logits for up to 256 sequences, plus the runtime reserve.
+pub fn activation_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_tokens: u64) -> f64 {
+    let tp = dep.tp as f64;
+    let inter = model.dense_inter.max(model.moe.as_ref().map(|m| m.expert_inter * m.topk + m.shared_inter).unwrap_or(0));
+    let qkv = (model.q_width() + 2 * model.num_kv_heads * model.head_dim) as f64 / tp;
+    let per_token = (3 * model.hidden) as f64 + qkv + 2.0 * inter as f64 / tp;
+    let logits = 256.0 * model.vocab as f64 / tp * 4.0;
+    max_tokens as f64 * per_token * 2.0 + logits + RUNTIME_RESERVE_BYTES
+}
+
+pub fn plan(
+    model: &ModelConfig,
+    gpu: &GpuSpec,
+    dep: &Deployment,
+    gpu_memory_utilization: f64,
+    max_num_batched_tokens: u64,
+) -> Result<MemoryPlan> {
+    dep.validate()?;
+    if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
+        bail!("gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}");
+    }
+    if model.num_layers < dep.pp {
+        bail!("pp ({}) exceeds the model's {} layers", dep.pp, model.num_layers);
+    }
+    let capacity = gpu.hbm_bytes() * gpu_memory_utilization;
+    let weights = weight_bytes_per_gpu(model, dep);
+    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens);
+    let kv_per_token = kv_bytes_per_token_per_gpu(model, dep);
+    let state = model.linear_state_bytes_per_seq() / (dep.tp * dep.pp) as f64;
+    let budget = capacity - weights - activation;
+    let gib = |b: f64| b / (1u64 << 30) as f64;
+    if budget <= 0.0 {
+        bail!(
+            "{} does not fit on {} x{} (tp={}, pp={}, {} weights): per GPU weights {:.1} GiB + activations {:.1} GiB = {:.1} GiB exceeds usable memory {:.1} GiB ({:.0} GB x {:.2} utilization); use more GPUs (tp/pp) or a smaller weight dtype",
+            model.name, gpu.id, dep.gpus_per_replica(), dep.tp, dep.pp, dep.weight_dtype,
+            gib(weights), gib(activation), gib(weights + activation), gib(capacity), gpu.memory.hbm_gb, gpu_memory_utilization
+        );
+    }
+    let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / kv_per_token) as u64 } else { u64::MAX / 4 };
+    if kv_capacity_tokens == 0 {
+        bail!("{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token", model.name, gib(budget), kv_per_token);
+    }
+    Ok(MemoryPlan {
+        capacity_bytes_per_gpu: capacity,
+        weight_bytes_per_gpu: weights,
+        activation_bytes_per_gpu: activation,
+        kv_bytes_per_token_per_gpu: kv_per_token,
+        state_bytes_per_seq_per_gpu: state,
+        kv_budget_bytes_per_gpu: budget,
+        kv_capacity_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::load_gpu;
+
+    #[test]
+    fn llama_8b_weights_and_kv_on_one_h200() {
+        let m = ModelConfig::load("llama-3.1-8b").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let p = plan(&m, &g, &Deployment::default(), 0.9, 8192).unwrap();
+        // 8.03e9 params x 2 bytes.
+        assert!((p.weight_bytes_per_gpu / 16.06e9 - 1.0).abs() < 0.01, "{}", p.weight_bytes_per_gpu);
+        assert_eq!(p.kv_bytes_per_token_per_gpu, 131072.0);
+        // (141 GiB x 0.9 = 136.3e9 B) - 16.06e9 B weights - ~2.3e9 B activations/runtime, over
+        // 131072 B per token: ~0.90 M tokens (vLLM reports ~0.9 M for this setup).
+        assert!(p.kv_capacity_tokens > 860_000 && p.kv_capacity_tokens < 940_000, "{}", p.kv_capacity_tokens);
+    }
+
+    #[test]
+    fn tp_splits_kv_heads_and_weights() {
+        let m = ModelConfig::load("llama-3.1-8b").unwrap();
+        let dep = Deployment { tp: 16, ..Deployment::default() };
+        // 8 KV heads over 16 GPUs: replicated, one head each.
+        assert_eq!(kv_bytes_per_token_per_gpu(&m, &dep), (32 * 2 * 128 * 2) as f64);
+        let dep2 = Deployment { tp: 2, ..Deployment::default() };
+        assert!((weight_bytes_per_gpu(&m, &dep2) * 2.0 - weight_bytes_per_gpu(&m, &Deployment::default())).abs() < 1.0);
+    }
+}

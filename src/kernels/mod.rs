@@ -1,0 +1,4 @@
+//! Kernel cost accounting and the graph that expands (model, deployment, batch) into kernels.
+pub mod cost;
+pub mod graph;
+pub mod memory;

@@ -1,0 +1,94 @@
+//! Kernel and step timing: speed of light, learned efficiency, communication and host
+//! overhead, composed by a predictor the simulator asks for step times.
+
+pub mod predictor;
+pub mod roofline;
+pub mod sol;
+
+use serde::Serialize;
+
+/// One sequence's share of an engine step: `new_tokens` computed this step on top of
+/// `cached_tokens` already in its KV cache (decode: new_tokens = 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct SeqWork {
+    pub new_tokens: u32,
+    pub cached_tokens: u32,
+}
+
+/// Time of one engine step, split by kernel class.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepCost {
+    pub total_us: f64,
+    pub gemm_us: f64,
+    pub attention_us: f64,
+    pub moe_us: f64,
+    pub elementwise_us: f64,
+    pub communication_us: f64,
+    pub host_us: f64,
+}
+
+impl StepCost {
+    pub fn add_class(&mut self, class: &str, us: f64) {
+        match class {
+            "gemm" => self.gemm_us += us,
+            "attention" => self.attention_us += us,
+            "moe" => self.moe_us += us,
+            "communication" => self.communication_us += us,
+            "host" => self.host_us += us,
+            _ => self.elementwise_us += us,
+        }
+        self.total_us += us;
+    }
+
+    pub fn classes(&self) -> [(&'static str, f64); 6] {
+        [
+            ("gemm", self.gemm_us),
+            ("attention", self.attention_us),
+            ("moe", self.moe_us),
+            ("elementwise", self.elementwise_us),
+            ("communication", self.communication_us),
+            ("host", self.host_us),
+        ]
+    }
+}
+
+/// What the simulator asks of a timing model.
+///
+/// Preconditions: `seqs` is non-empty, every `new_tokens >= 1`.
+/// Postconditions: `total_us > 0` and equals the sum of the class times; the result depends
+/// only on the multiset of `seqs` (order-independent) and is deterministic.
+pub trait StepTimeModel: Send + Sync {
+    fn step_time(&self, seqs: &[SeqWork]) -> StepCost;
+    /// Which tier/model produced the times, for reports.
+    fn describe(&self) -> String;
+}
+
+/// Which kernel-time model a prediction uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Speed of light divided by one constant efficiency per op class (the baseline).
+    Roofline,
+    /// Efficiency models fitted with the target GPU's own measurements.
+    Target,
+    /// Target GPU's measurements never used: efficiency from hardware-normalized features
+    /// learned on other GPUs plus the target's spec sheet.
+    CrossGen,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Roofline => "roofline",
+            Tier::Target => "target",
+            Tier::CrossGen => "cross-gen",
+        }
+    }
+}
+
+/// Time of one kernel on one GPU. Implementations never return less than the kernel's SOL.
+pub trait KernelTimeModel: Send + Sync {
+    fn predict_us(&self, k: &crate::schema::Kernel) -> f64;
+    fn tier(&self) -> Tier;
+    fn describe(&self) -> String;
+}

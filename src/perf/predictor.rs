@@ -1,0 +1,194 @@
+//! Step-time predictor: expands a batch into kernels (`kernels::graph`), times each with a
+//! kernel-time model, and adds host overhead. Token-count-dependent kernels (GEMMs, norms,
+//! collectives) are memoized by (tokens, sequences); attention is timed per step.
+
+use super::roofline::RooflineModel;
+use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
+use crate::deployment::Deployment;
+use crate::hardware::GpuSpec;
+use crate::kernels::graph::{attention_kernels, step_kernels, token_kernels, KernelInstance};
+use crate::model::ModelConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// CPU-side cost of one engine step (scheduling, input preparation, sampling bookkeeping,
+/// detokenization) not hidden behind GPU work.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostOverhead {
+    pub per_step_us: f64,
+    pub per_seq_us: f64,
+    pub per_token_us: f64,
+}
+
+impl Default for HostOverhead {
+    /// Placeholder until fitted on end-to-end traces: a CUDA-graph engine's per-step launch
+    /// and scheduling cost of a few hundred microseconds.
+    fn default() -> Self {
+        HostOverhead { per_step_us: 250.0, per_seq_us: 2.0, per_token_us: 0.05 }
+    }
+}
+
+impl HostOverhead {
+    pub fn step_us(&self, num_seqs: usize, num_tokens: u64) -> f64 {
+        self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
+    }
+}
+
+/// The kernel-time model for `tier` on `gpu`, and a note when a fallback was taken.
+/// Calibrated tiers are not fitted yet: they fall back to the roofline model and say so.
+pub fn kernel_model_for(gpu: &GpuSpec, tier: Tier) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
+    let roofline: Arc<dyn KernelTimeModel> = Arc::new(RooflineModel::new(gpu.clone()));
+    let note = match tier {
+        Tier::Roofline => None,
+        other => Some(format!("no calibrated {} model yet; using the roofline model", other.as_str())),
+    };
+    Ok((roofline, note))
+}
+
+/// One row of a step's kernel table.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimedKernel {
+    pub instance: KernelInstance,
+    pub sol: super::sol::Sol,
+    /// Predicted time of one launch.
+    pub predicted_us: f64,
+}
+
+pub struct Predictor {
+    pub model: ModelConfig,
+    pub gpu: GpuSpec,
+    pub dep: Deployment,
+    pub host: HostOverhead,
+    kernel_model: Arc<dyn KernelTimeModel>,
+    token_cache: Mutex<HashMap<(u64, u64), StepCost>>,
+}
+
+impl Predictor {
+    /// Builds a predictor for `tier`. Until calibrated models exist every tier falls back to
+    /// the roofline model; `describe()` says which model is in use.
+    pub fn new(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, tier: Tier) -> anyhow::Result<Predictor> {
+        dep.validate()?;
+        let (km, _note) = kernel_model_for(gpu, tier)?;
+        Ok(Predictor::with_kernel_model(model, gpu, dep, km))
+    }
+
+    pub fn with_kernel_model(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, km: Arc<dyn KernelTimeModel>) -> Predictor {
+        Predictor {
+            model: model.clone(),
+            gpu: gpu.clone(),
+            dep: dep.clone(),
+            host: HostOverhead::default(),
+            kernel_model: km,
+            token_cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn with_host_overhead(mut self, host: HostOverhead) -> Self {
+        self.host = host;
+        self
+    }
+
+    pub fn tier(&self) -> Tier {
+        self.kernel_model.tier()
+    }
+
+    pub fn kernel_us(&self, k: &crate::schema::Kernel) -> f64 {
+        self.kernel_model.predict_us(k)
+    }
+
+    /// Every kernel of one step with its SOL and predicted time.
+    pub fn kernel_table(&self, seqs: &[SeqWork]) -> Vec<TimedKernel> {
+        step_kernels(&self.model, &self.dep, seqs)
+            .into_iter()
+            .map(|instance| {
+                let sol = super::sol::sol(&instance.kernel, &self.gpu);
+                let predicted_us = self.kernel_model.predict_us(&instance.kernel);
+                TimedKernel { instance, sol, predicted_us }
+            })
+            .collect()
+    }
+
+    fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) {
+        for ki in kernels {
+            let us = self.kernel_model.predict_us(&ki.kernel) * ki.count as f64;
+            cost.add_class(ki.kernel.op.class(), us);
+        }
+    }
+
+    fn token_cost(&self, tokens: u64, seqs: u64) -> StepCost {
+        if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&(tokens, seqs)) {
+            return c.clone();
+        }
+        let mut cost = StepCost::default();
+        self.add_kernels(&mut cost, &token_kernels(&self.model, &self.dep, tokens, seqs));
+        self.token_cache.lock().expect("cache poisoned").insert((tokens, seqs), cost.clone());
+        cost
+    }
+}
+
+impl StepTimeModel for Predictor {
+    fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
+        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        let mut cost = self.token_cost(tokens, seqs.len() as u64);
+        self.add_kernels(&mut cost, &attention_kernels(&self.model, &self.dep, seqs));
+        cost.add_class("host", self.host.step_us(seqs.len(), tokens));
+        cost
+    }
+
+    fn describe(&self) -> String {
+        self.kernel_model.describe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::load_gpu;
+
+    fn llama() -> (ModelConfig, GpuSpec) {
+        (ModelConfig::load("llama-3.1-8b").unwrap(), load_gpu("h200_sxm").unwrap())
+    }
+
+    #[test]
+    fn decode_step_reads_all_weights_once() {
+        let (m, g) = llama();
+        let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
+        let table = p.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
+        let gemm_bytes: f64 = table
+            .iter()
+            .filter(|t| t.instance.kernel.op == crate::schema::Op::Gemm)
+            .map(|t| t.sol.bytes * t.instance.count as f64)
+            .sum();
+        // All linear weights except the embedding table: 8.03e9 - 128256*4096 params, 2 bytes each.
+        let expected = (8.030e9 - 128256.0 * 4096.0) * 2.0;
+        assert!((gemm_bytes / expected - 1.0).abs() < 0.01, "{gemm_bytes} vs {expected}");
+    }
+
+    #[test]
+    fn step_time_is_order_independent_and_sums_classes() {
+        let (m, g) = llama();
+        let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
+        let a = [SeqWork { new_tokens: 512, cached_tokens: 0 }, SeqWork { new_tokens: 1, cached_tokens: 2000 }];
+        let b = [a[1], a[0]];
+        let (ca, cb) = (p.step_time(&a), p.step_time(&b));
+        assert_eq!(ca, cb);
+        let sum: f64 = ca.classes().iter().map(|c| c.1).sum();
+        assert!((sum - ca.total_us).abs() < 1e-6);
+        // More context makes decode slower.
+        let longer = p.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 100_000 }]);
+        let shorter = p.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
+        assert!(longer.total_us > shorter.total_us);
+    }
+
+    #[test]
+    fn tensor_parallel_adds_communication() {
+        let (m, g) = llama();
+        let dep = Deployment { tp: 2, ..Deployment::default() };
+        let p = Predictor::new(&m, &g, &dep, Tier::Roofline).unwrap();
+        let c = p.step_time(&[SeqWork { new_tokens: 256, cached_tokens: 0 }]);
+        assert!(c.communication_us > 0.0);
+        let p1 = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
+        assert!(p1.step_time(&[SeqWork { new_tokens: 256, cached_tokens: 0 }]).communication_us == 0.0);
+    }
+}

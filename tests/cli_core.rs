@@ -1,0 +1,97 @@
+//! End-to-end checks of the core commands through the binary.
+use std::process::Command;
+
+fn ks(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kernelsight")).args(args).output().expect("run kernelsight");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let (ok, out, err) = ks(args);
+    assert!(ok, "{args:?} failed: {err}");
+    serde_json::from_str(&out).expect("valid JSON")
+}
+
+#[test]
+fn llama_8b_decode_batch_1_reads_its_weights() {
+    let v = json(&["step", "--model", "llama-3.1-8b", "--gpu", "h200_sxm", "--batch", "decode:1@1", "--json"]);
+    // 8.03e9 parameters x 2 bytes = 16.06 GB of weights; a decode step reads every linear
+    // layer and the lm_head but gathers only one row of the 1.05 GB embedding table.
+    let embedding_table = 128256.0 * 4096.0 * 2.0;
+    let total = v["total_bytes"].as_f64().unwrap();
+    let expected = 16.06e9 - embedding_table;
+    assert!((total / expected - 1.0).abs() < 0.01, "total_bytes {total} vs {expected}");
+    // At batch 1 the step is memory-bound: SOL ~ bytes / 4.8 TB/s.
+    let sol_us = v["sol_us"].as_f64().unwrap();
+    assert!((sol_us / (total / 4.8e12 * 1e6) - 1.0).abs() < 0.02, "{sol_us}");
+    assert!(v["predicted_us"].as_f64().unwrap() > sol_us);
+}
+
+#[test]
+fn gemm_8192_cubed_sol_on_h200() {
+    let v = json(&["kernel", "--gpu", "h200_sxm", "--op", "gemm", "--m", "8192", "--n", "8192", "--k", "8192", "--json"]);
+    let expected = 2.0 * 8192f64.powi(3) / 989.4e12 * 1e6;
+    assert!((v["sol_us"].as_f64().unwrap() - expected).abs() / expected < 1e-6);
+    assert_eq!(v["bound"], "compute");
+}
+
+#[test]
+fn kernel_csv_round_trip_keeps_order_and_extra_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.csv");
+    let output = dir.path().join("out.csv");
+    std::fs::write(
+        &input,
+        "op,dtype,m,n,k,num_tokens,hidden,bytes,num_gpus,latency_us,gpu,note\n\
+         gemm,bf16,1,8192,8192,,,,,40,h200_sxm,a\n\
+         rmsnorm,bf16,,,,1024,4096,,,,,b\n\
+         all_reduce,bf16,,,,,,1048576,8,,,c\n",
+    )
+    .unwrap();
+    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let mut rdr = csv::Reader::from_path(&output).unwrap();
+    let headers = rdr.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len(), 3);
+    let notes: Vec<&str> = rows.iter().map(|r| &r[col("note")]).collect();
+    assert_eq!(notes, ["a", "b", "c"]);
+    assert_eq!(&rows[0][col("latency_us")], "40.0000");
+    for r in &rows {
+        let sol: f64 = r[col("sol_us")].parse().unwrap();
+        let pred: f64 = r[col("predicted_us")].parse().unwrap();
+        assert!(sol > 0.0 && pred >= sol);
+    }
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let (ok, _, err) = ks(&["step", "--gpu", "h900", "--batch", "decode:1@1"]);
+    assert!(!ok && err.contains("unknown GPU 'h900'") && err.contains("h200_sxm"), "{err}");
+    let (ok, _, err) = ks(&["step", "--model", "llama-9", "--batch", "decode:1@1"]);
+    assert!(!ok && err.contains("unknown model 'llama-9'") && err.contains("llama-3.1-8b"), "{err}");
+    let (ok, _, err) = ks(&["step", "--batch", "decode:64"]);
+    assert!(!ok && err.contains("prefill:2x512,decode:64@2048"), "{err}");
+    let (ok, _, err) = ks(&["step", "--batch", "decode:4000@1000000"]);
+    assert!(!ok && err.contains("KV tokens") && err.contains("fits"), "{err}");
+}
+
+#[test]
+fn a_model_too_big_for_the_gpu_is_an_error_with_numbers() {
+    // A 405B-class config from a user path: ~810 GB of bf16 weights cannot fit one H200.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        r#"{"model_type":"llama","hidden_size":16384,"intermediate_size":53248,"num_attention_heads":128,
+            "num_key_value_heads":8,"num_hidden_layers":126,"vocab_size":128256}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = ks(&["step", "--model", cfg.to_str().unwrap(), "--batch", "decode:1@1"]);
+    assert!(!ok, "should not fit");
+    assert!(err.contains("does not fit") && err.contains("GiB") && err.contains("weights"), "{err}");
+    // With 8-way TP in fp8 it fits (405e9 bytes / 8 ~ 51 GB per GPU).
+    let (ok, _, err) = ks(&["step", "--model", cfg.to_str().unwrap(), "--tp", "8", "--dtype", "fp8", "--batch", "decode:1@1"]);
+    assert!(ok, "{err}");
+}
