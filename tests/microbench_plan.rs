@@ -110,3 +110,13 @@ fn committed_h200_measurements_read_back_in_the_shared_schema() {
         }
     }
 }
+
+#[test]
+fn committed_default_plan_matches_the_generator() {
+    // The measured data's provenance records this file's SHA-256; keep it what the code emits.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("microbench/plans/h200_default.csv");
+    let committed = std::fs::read_to_string(path).unwrap();
+    let mut fresh = Vec::new();
+    write_plan(&mut fresh, &default_plan()).unwrap();
+    assert!(committed == String::from_utf8(fresh).unwrap(), "regenerate with `kernelsight microbench plan --out microbench/plans/h200_default.csv`");
+}
