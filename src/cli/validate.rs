@@ -1,6 +1,7 @@
 //! `kernelsight validate`: prediction error on measurements never used for fitting.
 //! `validate kernels` checks per-kernel times, every tier on the same held-out rows.
-use crate::calibrate::{self, model::FitParams, report, validate, Data};
+use super::calibrate::FitArgs;
+use crate::calibrate::{self, report, validate, Data};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ pub struct KernelsArgs {
     /// Measurement folders (default: microbench/public and microbench/data).
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
+    #[command(flatten)]
+    pub fit: FitArgs,
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
@@ -53,9 +56,9 @@ fn kernels(args: KernelsArgs) -> Result<()> {
             calibrate::LOGO_GPUS.iter().filter(|g| measured.iter().any(|m| m == *g)).map(|g| g.to_string()).collect()
         }
     };
-    let rows = validate::validate_kernels(&data, &eval, &FitParams::default())?;
+    let rows = validate::validate_kernels(&data, &eval, &args.fit.params())?;
     let (pooled, per_gpu) = validate::summarize(&rows);
-    let command: Vec<String> = std::env::args().collect();
+    let command: Vec<String> = std::iter::once("kernelsight".to_string()).chain(std::env::args().skip(1)).collect();
     let command = command.join(" ");
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report::json(&pooled))?);
