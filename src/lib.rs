@@ -9,5 +9,6 @@ pub mod kernels;
 pub mod microbench;
 pub mod model;
 pub mod perf;
+pub mod plan;
 pub mod schema;
 pub mod workload;
