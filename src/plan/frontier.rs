@@ -3,9 +3,10 @@
 
 /// Indices of the Pareto-optimal points of `(latency, throughput)` pairs, ordered by rising
 /// latency. A point is dropped when another has latency <= and throughput >= with at least
-/// one strict; of exact duplicates the first is kept. NaN points are never on the frontier.
+/// one strict; of exact duplicates the first is kept. Points with a non-finite coordinate
+/// (an overloaded run with unbounded latency) are never on the frontier.
 pub fn pareto_frontier(points: &[(f64, f64)]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..points.len()).filter(|&i| !points[i].0.is_nan() && !points[i].1.is_nan()).collect();
+    let mut order: Vec<usize> = (0..points.len()).filter(|&i| points[i].0.is_finite() && points[i].1.is_finite()).collect();
     // Lowest latency first; among equal latencies the highest throughput first, then index.
     order.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0).then(points[b].1.total_cmp(&points[a].1)).then(a.cmp(&b)));
     let mut out = Vec::new();
@@ -33,7 +34,7 @@ mod tests {
 
     #[test]
     fn ties_and_nan() {
-        let pts = [(10.0, 100.0), (10.0, 150.0), (10.0, 150.0), (f64::NAN, 1e9), (5.0, f64::NAN)];
+        let pts = [(10.0, 100.0), (10.0, 150.0), (10.0, 150.0), (f64::NAN, 1e9), (5.0, f64::NAN), (f64::INFINITY, 1e9)];
         assert_eq!(pareto_frontier(&pts), vec![1]);
         assert!(pareto_frontier(&[]).is_empty());
     }

@@ -6,6 +6,7 @@
 //! the SLOs and ranks, `capacity` searches the highest sustainable arrival rate.
 
 pub mod candidate;
+pub mod capacity;
 pub mod evaluate;
 pub mod frontier;
 pub mod search;

@@ -83,7 +83,7 @@ pub struct PlanResult {
     /// Indices into `evaluated`, by rising latency.
     pub frontier: Vec<usize>,
     /// When nothing meets the SLOs: the candidates nearest to meeting them (smallest
-    /// worst value/limit ratio), best first.
+    /// worst value/limit ratio, then fewest targets missed), best first.
     pub closest: Vec<usize>,
     pub notes: Vec<String>,
 }
@@ -177,7 +177,14 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
     });
     let closest = if best.is_none() {
         let mut idx: Vec<usize> = (0..evaluated.len()).collect();
-        idx.sort_by(|&a, &b| evaluated[a].slo_ratio.total_cmp(&evaluated[b].slo_ratio).then(rank_key(&evaluated[a]).total_cmp(&rank_key(&evaluated[b]))).then(a.cmp(&b)));
+        idx.sort_by(|&a, &b| {
+            let (ea, eb) = (&evaluated[a], &evaluated[b]);
+            ea.slo_ratio
+                .total_cmp(&eb.slo_ratio)
+                .then(ea.misses.len().cmp(&eb.misses.len()))
+                .then(rank_key(ea).total_cmp(&rank_key(eb)))
+                .then(a.cmp(&b))
+        });
         idx.truncate(input.closest);
         idx
     } else {
