@@ -156,3 +156,23 @@ fn capacity_below_minimum_rate_is_none() {
     assert!(r.max_rate_per_s.is_none());
     assert!(r.first_failing_rate_per_s.unwrap() <= 1e-3 * 1.0001);
 }
+
+#[test]
+fn plots_are_written_as_png_and_svg() {
+    let slo = Slo { ttft_ms: Some(400.0), tpot_ms: Some(15.0), e2e_ms: None, percentile: 99.0 };
+    let r = plan(slo.clone(), BTreeMap::new());
+    let dir = tempfile::tempdir().unwrap();
+    let files = kernelsight::plan::plot::frontier_plot(dir.path(), &r).unwrap();
+    let png = std::fs::read(&files[0]).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(svg.contains("Pareto frontier") && svg.contains("SLO 400 ms"), "legend missing");
+    let m = ModelConfig::load("llama-3.1-8b").unwrap();
+    let e = SearchSpace { tp: vec![2], max_gpus: 2, ..space() }.enumerate(&m).unwrap();
+    let cap = max_sustainable_rate(&Toy, &e.candidates[0], &workload(1.0), &slo, &CapacityOptions::default()).unwrap();
+    let marks = vec![(cap.max_rate_per_s.unwrap(), "capacity".to_string())];
+    let files = kernelsight::plan::plot::load_plot(dir.path(), "load", "toy", &cap.curve, &slo, marks).unwrap();
+    assert!(std::fs::read_to_string(&files[1]).unwrap().contains("TTFT"));
+    std::fs::copy(&files[0], "/tmp/plan_load.png").ok();
+    std::fs::copy(dir.path().join("frontier.png"), "/tmp/plan_frontier.png").ok();
+}

@@ -9,6 +9,7 @@ pub mod candidate;
 pub mod capacity;
 pub mod evaluate;
 pub mod frontier;
+pub mod plot;
 pub mod search;
 pub mod slo;
 pub mod space;
