@@ -77,14 +77,17 @@ pub struct GpuSpec {
 }
 
 impl GpuSpec {
+    /// HBM capacity in bytes. Datasheet "GB" capacities are binary (H200's 141 GB is
+    /// 141 GiB = 151.4e9 bytes, as nvidia-smi and aiconfigurator's specs show).
     pub fn hbm_bytes(&self) -> f64 {
-        self.memory.hbm_gb * 1e9
+        self.memory.hbm_gb * (1u64 << 30) as f64
     }
     pub fn hbm_bytes_per_s(&self) -> f64 {
         self.memory.hbm_bandwidth_tbps * 1e12
     }
+    /// L2 size in bytes (datasheet "MB" of cache are MiB).
     pub fn l2_bytes(&self) -> f64 {
-        self.memory.l2_mb * 1e6
+        self.memory.l2_mb * (1u64 << 20) as f64
     }
     pub fn scaleup_bytes_per_s(&self) -> f64 {
         self.interconnect.scaleup_gbps_per_dir * 1e9
@@ -117,6 +120,22 @@ impl GpuSpec {
             Dtype::Fp4 | Dtype::Int4 => p.fp4_tflops.unwrap_or(p.bf16_tflops),
         };
         tflops * 1e12
+    }
+
+    /// Dense peak in TFLOP/s (TOP/s for int8) of the format itself, without falling back to a
+    /// wider one: `None` where the spec sheet lists no native support (int4 is never listed).
+    pub fn native_peak_tflops(&self, dtype: Dtype) -> Option<f64> {
+        let p = &self.peak;
+        match dtype {
+            Dtype::Fp32 => Some(p.fp32_tflops),
+            Dtype::Tf32 => p.tf32_tflops,
+            Dtype::Bf16 => Some(p.bf16_tflops),
+            Dtype::Fp16 => Some(p.fp16_tflops),
+            Dtype::Fp8 => p.fp8_tflops,
+            Dtype::Int8 => p.int8_tops,
+            Dtype::Fp4 => p.fp4_tflops,
+            Dtype::Int4 => None,
+        }
     }
 
     /// Ridge point (FLOP per byte) where compute and memory bounds meet.
