@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod evaluate;
 pub mod frontier;
 pub mod plot;
+pub mod report;
 pub mod search;
 pub mod slo;
 pub mod space;
