@@ -34,6 +34,7 @@ impl Evaluator for Toy {
             e2e_ms: q(ttft + 100.0 * tpot),
             requests: 100,
             output_tokens_per_s: rate_per_s.min(10.0 * c.total_gpus() as f64) * 100.0,
+            peak_running_seqs: 100,
             predicted_by: "toy".into(),
         })
     }
@@ -175,4 +176,33 @@ fn plots_are_written_as_png_and_svg() {
     assert!(std::fs::read_to_string(&files[1]).unwrap().contains("TTFT"));
     std::fs::copy(&files[0], "/tmp/plan_load.png").ok();
     std::fs::copy(dir.path().join("frontier.png"), "/tmp/plan_frontier.png").ok();
+}
+
+/// Counts evaluations, to see which candidates reused another's run.
+struct Counting(std::sync::atomic::AtomicUsize);
+impl Evaluator for Counting {
+    fn evaluate(&self, c: &Candidate, w: &WorkloadSpec, pct: f64) -> anyhow::Result<Outcome> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Toy.evaluate(c, w, pct)
+    }
+}
+
+#[test]
+fn a_seq_limit_that_never_bound_reuses_the_larger_run() {
+    // The toy's runs peak at 100 sequences: limit 256 runs, 128 reuses it, 64 runs again.
+    let m = ModelConfig::load("llama-3.1-8b").unwrap();
+    let s = SearchSpace { max_num_seqs: vec![64, 128, 256], ..space() };
+    let enumerated = s.enumerate(&m).unwrap();
+    let order = enumerated.candidates.clone();
+    let n = order.len();
+    let w = workload(30.0);
+    let slo = Slo { ttft_ms: Some(400.0), tpot_ms: None, e2e_ms: None, percentile: 99.0 };
+    let input = PlanInput { enumerated, workload: &w, slo, prices: BTreeMap::new(), frontier_metric: FrontierMetric::Ttft, closest: 3 };
+    let eval = Counting(Default::default());
+    let r = run_plan(input, &eval, &ProgressBar::hidden()).unwrap();
+    assert_eq!(r.evaluated.len(), n);
+    assert_eq!(r.simulations_run, n / 3 * 2);
+    assert_eq!(eval.0.load(std::sync::atomic::Ordering::SeqCst), n / 3 * 2);
+    // Results keep the enumeration order and each candidate its own limits.
+    assert!(r.evaluated.iter().zip(&order).all(|(e, c)| &e.candidate == c));
 }

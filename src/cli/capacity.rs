@@ -7,6 +7,7 @@ use crate::kernels::memory;
 use crate::plan::candidate::{Candidate, EngineLimits, PoolSplit};
 use crate::plan::capacity::{max_sustainable_rate, CapacityOptions};
 use crate::plan::sim_eval::SimEvaluator;
+use crate::perf::Tier;
 use crate::plan::{plot, report};
 use crate::sim::engine::EngineParams;
 use crate::workload::Arrival;
@@ -79,8 +80,9 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     if plan.kv_capacity_tokens < longest {
         bail!("the KV cache holds {} tokens per replica, below the workload's longest request ({longest} tokens)", plan.kv_capacity_tokens);
     }
+    let tier = a.deploy.tier.unwrap_or(Tier::Roofline);
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
-    let eval = SimEvaluator { model: model.clone(), gpus: BTreeMap::from([(gpu.id.clone(), gpu.clone())]), engine, tier: a.run.tier, router: a.run.router };
+    let eval = SimEvaluator { model: model.clone(), gpus: BTreeMap::from([(gpu.id.clone(), gpu.clone())]), engine, tier, router: a.run.router };
     let started = std::time::Instant::now();
     let result = max_sustainable_rate(&eval, &cand, &workload, &slo, &CapacityOptions { start_rate_per_s: start, ..CapacityOptions::default() })?;
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -97,7 +99,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     }
     let question = serde_json::json!({
         "model": model.name, "deployment": cand, "label": cand.label(), "workload": describe(&workload),
-        "tier": a.run.tier, "engine": a.run.engine, "search_seconds": elapsed_s,
+        "tier": tier, "engine": a.run.engine, "search_seconds": elapsed_s,
     });
     let doc = report::capacity_json(question, &slo, &result, &files);
     if let Some(dir) = &a.run.out {

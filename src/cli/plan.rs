@@ -51,9 +51,6 @@ pub struct RunArgs {
     /// Engine policy and defaults (see calibration/engines/): vllm, sglang, static, or a .toml path.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
-    /// Kernel-time model: roofline, target (fitted on the GPU) or cross-gen (never uses it).
-    #[arg(long, value_enum, default_value = "roofline")]
-    pub tier: Tier,
     /// How requests are spread over data-parallel replicas.
     #[arg(long, value_enum, default_value = "round-robin")]
     pub router: RouterKind,
@@ -104,6 +101,9 @@ pub struct PlanArgs {
     /// Latency plotted against throughput per GPU on the frontier.
     #[arg(long, value_enum, default_value = "tpot")]
     pub frontier_metric: FrontierMetric,
+    /// Kernel-time model: roofline, target (fitted on the GPU) or cross-gen (never uses it).
+    #[arg(long, value_enum, default_value = "roofline")]
+    pub tier: Tier,
     /// Closest candidates to show when none meets the SLOs.
     #[arg(long, default_value_t = 5)]
     pub closest: usize,
@@ -210,7 +210,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         model: model.clone(),
         gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(),
         engine,
-        tier: a.run.tier,
+        tier: a.tier,
         router: a.run.router,
     };
     let started = std::time::Instant::now();
@@ -254,7 +254,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let question = serde_json::json!({
         "model": model.name, "rate_per_s": rate_per_s, "workload": describe(&workload),
         "gpus": a.gpus, "dtypes": a.dtype, "max_gpus": a.max_gpus, "disaggregated": a.disagg,
-        "tier": a.run.tier, "engine": a.run.engine, "search_seconds": elapsed_s,
+        "tier": a.tier, "engine": a.run.engine, "search_seconds": elapsed_s,
     });
     let doc = report::plan_json(question, &result, capacity.as_ref(), &plots);
     if let Some(dir) = &a.run.out {

@@ -26,6 +26,9 @@ pub struct Outcome {
     pub requests: u64,
     /// Output tokens per second over the run (first arrival to last completion).
     pub output_tokens_per_s: f64,
+    /// Most sequences one replica ran in one step. A max-num-seqs limit at or above it never
+    /// bound, so a run with such a limit is the same run (the search reuses it).
+    pub peak_running_seqs: u32,
     /// Which kernel-time model (tier) produced the step times.
     pub predicted_by: String,
 }

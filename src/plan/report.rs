@@ -80,8 +80,9 @@ pub fn render_plan(header: &[String], r: &PlanResult, capacity: Option<&Capacity
     let pruned: Vec<String> = pruned_summary(r).iter().map(|(k, v)| format!("{v} {k}")).collect();
     let _ = writeln!(
         out,
-        "Simulated {} candidates{}{}",
+        "Searched {} candidates with {} simulations (the others reused a run whose max-num-seqs limit never bound){}{}",
         r.evaluated.len(),
+        r.simulations_run,
         if pruned.is_empty() { String::new() } else { format!("; pruned layouts: {}", pruned.join(", ")) },
         if r.failed.is_empty() { String::new() } else { format!("; {} simulations failed", r.failed.len()) }
     );
@@ -207,7 +208,8 @@ pub fn plan_json(question: Value, r: &PlanResult, capacity: Option<&CapacityResu
         "frontier_metric": r.frontier_metric,
         "frontier": pick(&r.frontier),
         "chosen_capacity": capacity.map(capacity_json_body),
-        "candidates_simulated": r.evaluated.len(),
+        "candidates_evaluated": r.evaluated.len(),
+        "simulations_run": r.simulations_run,
         "candidates_meeting_slo": r.evaluated.iter().filter(|e| e.meets_slo()).count(),
         "pruned": r.pruned,
         "failed": r.failed,

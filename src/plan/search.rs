@@ -1,7 +1,8 @@
 //! The planning search: simulate every enumerated candidate on all cores, check the SLOs,
 //! rank by cost, and keep the Pareto frontier and (when nothing meets the SLOs) the closest.
 
-use super::candidate::Candidate;
+use super::candidate::{Candidate, PoolSplit};
+use crate::deployment::Deployment;
 use super::evaluate::{Evaluator, Outcome};
 use super::frontier::pareto_frontier;
 use super::slo::{Miss, Slo};
@@ -11,7 +12,7 @@ use anyhow::{bail, Result};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Which latency the frontier plots against throughput per GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -82,6 +83,8 @@ pub struct PlanResult {
     pub best: Option<usize>,
     /// Indices into `evaluated`, by rising latency.
     pub frontier: Vec<usize>,
+    /// Simulations actually run; the rest reused a run whose max-num-seqs limit never bound.
+    pub simulations_run: usize,
     /// When nothing meets the SLOs: the candidates nearest to meeting them (smallest
     /// worst value/limit ratio, then fewest targets missed), best first.
     pub closest: Vec<usize>,
@@ -100,7 +103,9 @@ pub struct PlanInput<'a> {
 }
 
 /// Simulates every candidate (in parallel; the order of results does not depend on the
-/// thread count) and ranks them.
+/// thread count) and ranks them. Candidates that differ only in max-num-seqs are run from the
+/// largest limit down, and a smaller limit that the larger run never reached reuses that run
+/// (the scheduler never hit it, so the run is identical).
 pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) -> Result<PlanResult> {
     input.slo.validate()?;
     let Enumerated { candidates, pruned } = input.enumerated;
@@ -117,14 +122,28 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
     }
     progress.set_length(candidates.len() as u64);
     let pct = input.slo.percentile;
-    let results: Vec<(Candidate, Result<Outcome>)> = candidates
+    let groups = seq_limit_groups(candidates);
+    let evaluated_groups: Vec<Vec<(usize, Candidate, Result<Outcome>, bool)>> = groups
         .into_par_iter()
-        .map(|c| {
-            let r = eval.evaluate(&c, input.workload, pct);
-            progress.inc(1);
-            (c, r)
+        .map(|group| {
+            let mut out = Vec::with_capacity(group.len());
+            let mut last: Option<Outcome> = None;
+            for (idx, c) in group {
+                let (r, reused) = match &last {
+                    Some(o) if o.peak_running_seqs <= c.limits.max_num_seqs => (Ok(o.clone()), true),
+                    _ => (eval.evaluate(&c, input.workload, pct), false),
+                };
+                last = r.as_ref().ok().cloned();
+                progress.inc(1);
+                out.push((idx, c, r, reused));
+            }
+            out
         })
         .collect();
+    let mut flat: Vec<(usize, Candidate, Result<Outcome>, bool)> = evaluated_groups.into_iter().flatten().collect();
+    flat.sort_by_key(|x| x.0);
+    let simulations_run = flat.iter().filter(|x| !x.3).count();
+    let results: Vec<(Candidate, Result<Outcome>)> = flat.into_iter().map(|(_, c, r, _)| (c, r)).collect();
     progress.finish_and_clear();
 
     let missing_price: Vec<String> = {
@@ -193,5 +212,37 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
     let points: Vec<(f64, f64)> =
         evaluated.iter().map(|e| (input.frontier_metric.value(&e.outcome), e.output_tokens_per_s_per_gpu)).collect();
     let frontier = pareto_frontier(&points);
-    Ok(PlanResult { slo: input.slo, ranked_by, frontier_metric: input.frontier_metric, evaluated, failed, pruned, best, frontier, closest, notes })
+    Ok(PlanResult {
+        slo: input.slo,
+        ranked_by,
+        frontier_metric: input.frontier_metric,
+        evaluated,
+        failed,
+        pruned,
+        best,
+        frontier,
+        closest,
+        simulations_run,
+        notes,
+    })
+}
+
+/// Candidates that differ only in max-num-seqs, each group by falling limit (with the
+/// candidate's position in the input): a run whose peak never reached a smaller limit is
+/// also the run under that limit.
+fn seq_limit_groups(candidates: Vec<Candidate>) -> Vec<Vec<(usize, Candidate)>> {
+    let mut groups: Vec<Vec<(usize, Candidate)>> = Vec::new();
+    let mut index: HashMap<(String, Deployment, u32, Option<PoolSplit>), usize> = HashMap::new();
+    for (i, c) in candidates.into_iter().enumerate() {
+        let key = (c.gpu.clone(), c.dep.clone(), c.limits.max_num_batched_tokens, c.disagg);
+        let g = *index.entry(key).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push((i, c));
+    }
+    for g in &mut groups {
+        g.sort_by(|a, b| b.1.limits.max_num_seqs.cmp(&a.1.limits.max_num_seqs).then(a.0.cmp(&b.0)));
+    }
+    groups
 }

@@ -16,7 +16,7 @@ use crate::perf::predictor::{kernel_model_for, Predictor};
 use crate::perf::{SeqWork, StepCost, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
 use crate::sim::metrics::Histogram;
-use crate::sim::record::{NoObserver, RequestRecord, SimObserver};
+use crate::sim::record::{RequestRecord, SimObserver, StepRecord};
 use crate::sim::router::RouterKind;
 use crate::sim::{self, SimConfig};
 use crate::workload::{RequestSource, RequestSpec, WorkloadSpec};
@@ -38,12 +38,22 @@ fn quantiles(h: &Histogram, pct: f64) -> Quantiles {
     Quantiles { p50: q(0.5), p90: q(0.9), p99: q(0.99), at_slo: q(pct / 100.0) }
 }
 
-/// Keeps every request record of a run.
+/// Tracks the most sequences in one step and, when asked, keeps every request record.
 #[derive(Default)]
-struct Keep(Vec<RequestRecord>);
-impl SimObserver for Keep {
+struct Watch {
+    peak_seqs: u32,
+    keep: bool,
+    records: Vec<RequestRecord>,
+}
+impl SimObserver for Watch {
     fn on_request(&mut self, r: &RequestRecord) -> Result<()> {
-        self.0.push(r.clone());
+        if self.keep {
+            self.records.push(r.clone());
+        }
+        Ok(())
+    }
+    fn on_step(&mut self, s: &StepRecord) -> Result<()> {
+        self.peak_seqs = self.peak_seqs.max(s.num_seqs);
         Ok(())
     }
 }
@@ -123,7 +133,8 @@ impl SimEvaluator {
         let (engine, blocks, pred) = self.replica_setup(c)?;
         let cfg = self.config(engine, blocks, c.dep.dp, c.dep.pp);
         let mut source = workload.build()?;
-        let out = sim::run(&cfg, &pred, source.as_mut(), None, &mut NoObserver)?;
+        let mut watch = Watch::default();
+        let out = sim::run(&cfg, &pred, source.as_mut(), None, &mut watch)?;
         let r = &out.rec;
         check_rejections(&r.rejected)?;
         let duration_s = r.last_finish_us * 1e-6;
@@ -133,19 +144,9 @@ impl SimEvaluator {
             e2e_ms: quantiles(&r.e2e_us, pct),
             requests: r.completed,
             output_tokens_per_s: if duration_s > 0.0 { r.output_tokens as f64 / duration_s } else { 0.0 },
+            peak_running_seqs: watch.peak_seqs,
             predicted_by: pred.describe(),
         })
-    }
-
-    /// Seconds to move `prompt_tokens` of KV from a prefill replica to a decode replica.
-    fn transfer_s(&self, c: &Candidate, gpu: &GpuSpec, prompt_tokens: u32) -> f64 {
-        let bytes = memory::kv_bytes_per_token_per_gpu(&self.model, &c.replica()) * prompt_tokens as f64;
-        let link_bytes_per_s = if c.total_gpus() <= gpu.interconnect.gpus_per_node as u64 {
-            gpu.scaleup_bytes_per_s()
-        } else {
-            gpu.interconnect.scaleout_gbps_per_dir * 1e9
-        };
-        bytes / link_bytes_per_s
     }
 
     fn disaggregated(&self, c: &Candidate, prefill: u64, decode: u64, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
@@ -153,13 +154,13 @@ impl SimEvaluator {
         let (engine, blocks, pred) = self.replica_setup(c)?;
         // Prefill pool: prompts and their first token.
         let mut share = PrefillShare { inner: workload.build()?, outputs: HashMap::new() };
-        let mut done = Keep::default();
+        let mut done = Watch { keep: true, ..Watch::default() };
         let cfg = self.config(engine.clone(), blocks, prefill, c.dep.pp);
         let out = sim::run(&cfg, &pred, &mut share, None, &mut done).context("prefill pool")?;
         check_rejections(&out.rec.rejected).context("prefill pool")?;
         // Decode pool: each request arrives once its KV has landed.
         let mut arrivals: Vec<(f64, RequestRecord)> =
-            done.0.into_iter().map(|r| (r.finish_s + self.transfer_s(c, gpu, r.prompt_tokens), r)).collect();
+            std::mem::take(&mut done.records).into_iter().map(|r| (r.finish_s + kv_transfer_s(&self.model, c, gpu, r.prompt_tokens), r)).collect();
         arrivals.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
         let mut origin: HashMap<u64, f64> = HashMap::with_capacity(arrivals.len());
         let mut max_prompt = 0u32;
@@ -181,12 +182,12 @@ impl SimEvaluator {
         // A received prompt needs no compute, so it must not be chunked by the token budget.
         let budget = engine.max_num_batched_tokens.max(max_prompt.saturating_add(engine.max_num_seqs));
         let cfg = self.config(EngineParams { max_num_batched_tokens: budget, ..engine }, blocks, decode, c.dep.pp);
-        let mut decoded = Keep::default();
+        let mut decoded = Watch { keep: true, ..Watch::default() };
         let out = sim::run(&cfg, &ReceivedKv(&pred), &mut Listed(specs.into_iter()), None, &mut decoded).context("decode pool")?;
         check_rejections(&out.rec.rejected).context("decode pool")?;
         let (mut ttft, mut tpot, mut e2e) = (Histogram::default(), Histogram::default(), Histogram::default());
         let (mut tokens, mut end_s) = (0u64, 0.0f64);
-        for r in &decoded.0 {
+        for r in &decoded.records {
             let arrived = origin[&r.id];
             ttft.add((r.arrival_s + r.ttft_ms * 1e-3 - arrived) * 1e6);
             e2e.add((r.finish_s - arrived) * 1e6);
@@ -200,11 +201,25 @@ impl SimEvaluator {
             ttft_ms: quantiles(&ttft, pct),
             tpot_ms: quantiles(&tpot, pct),
             e2e_ms: quantiles(&e2e, pct),
-            requests: decoded.0.len() as u64,
+            requests: decoded.records.len() as u64,
             output_tokens_per_s: if end_s > 0.0 { tokens as f64 / end_s } else { 0.0 },
+            peak_running_seqs: done.peak_seqs.max(decoded.peak_seqs),
             predicted_by: pred.describe(),
         })
     }
+}
+
+/// Seconds to move `prompt_tokens` of KV from a prefill replica to a decode replica of `c`:
+/// each GPU sends its shard over its own link, NVLink when all of `c` fits in one node,
+/// otherwise the scale-out network.
+pub fn kv_transfer_s(model: &ModelConfig, c: &Candidate, gpu: &GpuSpec, prompt_tokens: u32) -> f64 {
+    let bytes = memory::kv_bytes_per_token_per_gpu(model, &c.replica()) * prompt_tokens as f64;
+    let link_bytes_per_s = if c.total_gpus() <= gpu.interconnect.gpus_per_node as u64 {
+        gpu.scaleup_bytes_per_s()
+    } else {
+        gpu.interconnect.scaleout_gbps_per_dir * 1e9
+    };
+    bytes / link_bytes_per_s
 }
 
 /// A rejected request means the candidate cannot serve the workload at all.

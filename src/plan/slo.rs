@@ -88,7 +88,7 @@ pub struct Miss {
 impl std::fmt::Display for Miss {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.value_ms.is_finite() {
-            write!(f, "{} {:.1} ms > {} ms ({:.1}x)", self.metric.to_uppercase(), self.value_ms, self.limit_ms, self.value_ms / self.limit_ms)
+            write!(f, "{} {:.1} ms > {} ms ({:.2}x)", self.metric.to_uppercase(), self.value_ms, self.limit_ms, self.value_ms / self.limit_ms)
         } else {
             write!(f, "{} unbounded (no request finished) > {} ms", self.metric.to_uppercase(), self.limit_ms)
         }
@@ -126,7 +126,7 @@ mod tests {
         let m = slo().misses(&lat);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].metric, "ttft");
-        assert_eq!(m[0].to_string(), "TTFT 1500.0 ms > 1000 ms (1.5x)");
+        assert_eq!(m[0].to_string(), "TTFT 1500.0 ms > 1000 ms (1.50x)");
         assert_eq!(slo().worst_ratio(&lat), 1.5);
         let ok = LatencyAtPercentile { ttft_ms: 1000.0, tpot_ms: 50.0, e2e_ms: 1e9 };
         assert!(slo().misses(&ok).is_empty());
