@@ -195,7 +195,7 @@ fn run_budget(a: BudgetArgs) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string(&plan)?)?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7} {:>6}", "problem", "headroom", "verdict", "trials", "need", "")?;
+    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7}", "problem", "headroom", "verdict", "trials", "need")?;
     for x in &plan.allocations {
         writeln!(out, "{:<32} {:>9.2}x {:>10} {:>10} {:>7}", x.name, x.headroom, x.verdict.as_str(), x.trials, x.need)?;
     }
