@@ -77,14 +77,17 @@ pub struct GpuSpec {
 }
 
 impl GpuSpec {
+    /// HBM capacity in bytes. Datasheet "GB" capacities are binary (H200's 141 GB is
+    /// 141 GiB = 151.4e9 bytes, as nvidia-smi and aiconfigurator's specs show).
     pub fn hbm_bytes(&self) -> f64 {
-        self.memory.hbm_gb * 1e9
+        self.memory.hbm_gb * (1u64 << 30) as f64
     }
     pub fn hbm_bytes_per_s(&self) -> f64 {
         self.memory.hbm_bandwidth_tbps * 1e12
     }
+    /// L2 size in bytes (datasheet "MB" of cache are MiB).
     pub fn l2_bytes(&self) -> f64 {
-        self.memory.l2_mb * 1e6
+        self.memory.l2_mb * (1u64 << 20) as f64
     }
     pub fn scaleup_bytes_per_s(&self) -> f64 {
         self.interconnect.scaleup_gbps_per_dir * 1e9

@@ -5,6 +5,7 @@ pub mod batch_spec;
 pub mod cli;
 pub mod deployment;
 pub mod hardware;
+pub mod headroom;
 pub mod kernels;
 pub mod microbench;
 pub mod model;

@@ -19,7 +19,7 @@ pub const ROUTINGS: [&str; 2] = ["balanced", "power_law_1.2"];
 /// GEMM rows (tokens): powers of two from 1 to 16384.
 const GEMM_M: [u64; 15] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
 /// Generic GEMM widths for n and k (every pair is swept).
-const GEMM_NK: [u64; 8] = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768];
+const GEMM_NK: [u64; 10] = [128, 512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768];
 /// (n, k) of common LLM linear layers, hand-derived from public configs:
 /// Llama-3.1-8B (hidden 4096, 32/8 heads of 128, inter 14336) at TP1 and TP2;
 /// Llama-3.1-70B (hidden 8192, 64/8 heads, inter 28672) at TP1, TP4 and TP8;
@@ -74,7 +74,10 @@ const SAMPLING_TOPK: u64 = 50;
 /// Router configurations (hidden, experts, top-k), from the MoE models above.
 const ROUTER_CONFIGS: [(u64, u64, u64); 5] =
     [(4096, 8, 2), (2048, 128, 8), (4096, 128, 8), (7168, 256, 8), (2880, 128, 4)];
-const COPY_BYTES: [u64; 7] = [1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30, 1 << 32];
+const COPY_BYTES: [u64; 8] = [1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30, 1 << 31, 1 << 32];
+/// Copies this large are also timed eagerly (cudaMemcpyAsync outside a graph), where launch
+/// overhead is negligible, to compare with the graph's memcpy node.
+const COPY_EAGER_MIN_BYTES: u64 = 1 << 26;
 /// Collective message sizes: 1 KiB to 1 GiB in steps of 4x.
 const COLL_BYTES: [u64; 11] =
     [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30];
@@ -186,7 +189,11 @@ fn sampling_kernel(tokens: u64, vocab: u64) -> Kernel {
 pub fn default_plan() -> Vec<KernelRow> {
     let mut out = Vec::new();
     for &b in &COPY_BYTES {
-        out.push(row(Kernel { bytes: b, ..Kernel::new(Op::Copy, Dtype::Bf16) }, "torch_copy", ""));
+        let k = Kernel { bytes: b, ..Kernel::new(Op::Copy, Dtype::Bf16) };
+        out.push(row(k.clone(), "torch_copy", ""));
+        if b >= COPY_EAGER_MIN_BYTES {
+            out.push(row(k, "torch_copy_eager", ""));
+        }
     }
     out.push(row(Kernel::gemm(Dtype::Bf16, 8192, 8192, 8192), "cublas", ""));
     for &t in &ELEM_TOKENS {

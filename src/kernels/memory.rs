@@ -118,8 +118,9 @@ mod tests {
         // 8.03e9 params x 2 bytes.
         assert!((p.weight_bytes_per_gpu / 16.06e9 - 1.0).abs() < 0.01, "{}", p.weight_bytes_per_gpu);
         assert_eq!(p.kv_bytes_per_token_per_gpu, 131072.0);
-        // ~ (126.9 GB - 16 GB - ~2 GB) / 128 KiB ~ 0.8 M tokens
-        assert!(p.kv_capacity_tokens > 700_000 && p.kv_capacity_tokens < 900_000, "{}", p.kv_capacity_tokens);
+        // (141 GiB x 0.9 = 136.3e9 B) - 16.06e9 B weights - ~2.3e9 B activations/runtime, over
+        // 131072 B per token: ~0.90 M tokens (vLLM reports ~0.9 M for this setup).
+        assert!(p.kv_capacity_tokens > 860_000 && p.kv_capacity_tokens < 940_000, "{}", p.kv_capacity_tokens);
     }
 
     #[test]

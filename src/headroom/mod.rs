@@ -1,0 +1,96 @@
+//! Headroom service for kernel-optimizing agents: speed-of-light bounds of FlashInfer-Trace
+//! definitions/workloads and shared-schema kernels, the practical bound, and what a measured
+//! time means (headroom, verdict, trial budget). See `docs/headroom.md`.
+
+pub mod bound;
+pub mod budget;
+pub mod kernel;
+pub mod ops;
+pub mod serve;
+pub mod trace;
+pub mod validate;
+pub mod verdict;
+
+use crate::hardware::GpuSpec;
+use crate::schema::Kernel;
+use anyhow::Result;
+use bound::{default_ceiling, Bounds, Ceiling, OpClass, Work};
+use ops::Counts;
+use serde::Serialize;
+use trace::{Definition, Workload};
+use verdict::Assessment;
+
+/// One answer: the bounds of a problem on a GPU and, given a measured time, its assessment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer {
+    pub gpu: String,
+    /// Definition name, or the shared-schema op.
+    pub subject: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    #[serde(flatten)]
+    pub bounds: Bounds,
+    /// Counts behind the practical bound when they differ from the lower bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nominal: Option<Counts>,
+    pub notes: Vec<String>,
+    pub missing: Vec<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub assessment: Option<Assessment>,
+}
+
+/// The efficiency ceiling used for a class on a GPU.
+pub fn ceiling_for(_gpu: &GpuSpec, class: OpClass) -> Ceiling {
+    default_ceiling(class)
+}
+
+/// Bounds of one definition + workload; `origin` names the workload in errors.
+pub fn evaluate_definition(
+    def: &Definition,
+    w: &Workload,
+    gpu: &GpuSpec,
+    measured_us: Option<f64>,
+    origin: &str,
+) -> Result<Answer> {
+    let shape = def.resolve(w, origin)?;
+    let c = ops::cost(def, &shape, w)?;
+    let work = Work {
+        class: c.class,
+        dtype: c.compute_dtype,
+        lower: (c.lower.flops, c.lower.bytes),
+        nominal: (c.nominal.flops, c.nominal.bytes),
+    };
+    let b = bound::bounds(&work, gpu, ceiling_for(gpu, c.class));
+    let assessment = measured_us.map(|t| verdict::assess(&b, t, gpu.l2_bytes())).transpose()?;
+    Ok(Answer {
+        gpu: gpu.id.clone(),
+        subject: def.name.clone(),
+        workload: w.uuid.clone(),
+        bounds: b,
+        nominal: (c.nominal != c.lower).then_some(c.nominal),
+        notes: c.notes,
+        missing: c.missing,
+        assessment,
+    })
+}
+
+/// Bounds of one shared-schema kernel (exact shape) through `perf::sol` (see `kernel`).
+pub fn evaluate_kernel(k: &Kernel, gpu: &GpuSpec, measured_us: Option<f64>) -> Result<Answer> {
+    k.validate()?;
+    let hard = kernel::hard_sol(k, gpu);
+    let nominal = crate::perf::sol::sol(k, gpu);
+    let class = OpClass::of_op(k.op);
+    let dtype = gpu.effective_compute_dtype(k.dtype);
+    let b = bound::kernel_bounds(k.op, dtype, &hard, &nominal, ceiling_for(gpu, class));
+    let assessment = measured_us.map(|t| verdict::assess(&b, t, gpu.l2_bytes())).transpose()?;
+    Ok(Answer {
+        gpu: gpu.id.clone(),
+        subject: format!("{} {} {}", k.op, k.dtype, k.shape_string()),
+        workload: None,
+        bounds: b,
+        nominal: (nominal.bytes != hard.bytes).then_some(Counts { flops: nominal.flops, bytes: nominal.bytes }),
+        notes: kernel::notes(k.op).into_iter().map(str::to_string).collect(),
+        missing: vec![],
+        assessment,
+    })
+}
