@@ -142,7 +142,16 @@ impl SimulateArgs {
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Roofline);
         let (km, note) = kernel_model_for(&gpu, tier)?;
-        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km);
+        let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
+        let host_line = format!(
+            "host overhead ({}): {:.0} us/step + {:.1} us/seq + {:.2} us/token{}",
+            host.source,
+            host.per_step_us,
+            host.per_seq_us,
+            host.per_token_us,
+            if host.launch_per_layer_us > 0.0 { format!(", eager launches {:.0} us/layer", host.launch_per_layer_us) } else { String::new() }
+        );
+        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host);
         let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
         let cfg = SimConfig {
             engine,
@@ -183,6 +192,7 @@ impl SimulateArgs {
                 e.gpu_memory_utilization
             ),
             format!("timing tier {}: {}", tier.as_str(), crate::perf::StepTimeModel::describe(&predictor)),
+            host_line,
             format!("workload {}", describe_workload(&workload)),
         ];
         if let Some(n) = note {
