@@ -6,6 +6,7 @@ pub mod cli;
 pub mod deployment;
 pub mod hardware;
 pub mod headroom;
+pub mod ingest;
 pub mod kernels;
 pub mod microbench;
 pub mod model;

@@ -71,12 +71,17 @@ def read_workload(name):
     rows = []
     with open(path) as f:
         for i, r in enumerate(csv.DictReader(f)):
-            g = r["prefix_group"].strip()
+            g = (r.get("prefix_group") or "").strip()
+            p = (r.get("prefix_tokens") or "").strip()  # per-request column of `kernelsight workload gen`
             rows.append({"id": i, "arrival_s": float(r["arrival_s"]), "prompt_tokens": int(r["prompt_tokens"]),
-                         "output_tokens": int(r["output_tokens"]), "prefix_group": int(g) if g else None})
+                         "output_tokens": int(r["output_tokens"]), "prefix_group": int(g) if g else None,
+                         "prefix_tokens": int(p) if p else None})
     with open(os.path.join(HERE, "workloads", "prefix_tokens.json")) as f:
-        prefix_tokens = json.load(f).get(name, 0)
-    return rows, prefix_tokens
+        default_prefix = json.load(f).get(name, 0)
+    for r in rows:
+        if r["prefix_tokens"] is None:
+            r["prefix_tokens"] = default_prefix if r["prefix_group"] is not None else 0
+    return rows
 
 
 # ----------------------------------------------------------------------------- model building
@@ -204,17 +209,17 @@ def static_runs(model, spec, vocab, out, model_name):
 
 
 # ----------------------------------------------------------------------------- continuous batching
-def make_prompts(rows, prefix_tokens, vocab, seed):
+def make_prompts(rows, vocab, seed):
     import numpy as np
     rng = np.random.default_rng(seed)
     prefixes = {}
     prompts = []
     for r in rows:
-        if r["prefix_group"] is not None and prefix_tokens > 0:
+        if r["prefix_group"] is not None and r["prefix_tokens"] > 0:
             g = r["prefix_group"]
-            if g not in prefixes:
-                prefixes[g] = np.random.default_rng(seed * 1000 + g + 1).integers(10, vocab, prefix_tokens).tolist()
-            n_pre = min(prefix_tokens, r["prompt_tokens"])
+            if g not in prefixes:  # one long stream per group; each request takes its first prefix_tokens
+                prefixes[g] = np.random.default_rng(seed * 1000 + g + 1).integers(10, vocab, 16384).tolist()
+            n_pre = min(r["prefix_tokens"], r["prompt_tokens"])
             suffix = rng.integers(10, vocab, r["prompt_tokens"] - n_pre).tolist()
             prompts.append(prefixes[g][:n_pre] + suffix)
         else:
@@ -251,12 +256,12 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
     wl = run["workload"]
-    rows, prefix_tokens = read_workload(wl)
+    rows = read_workload(wl)
     if run.get("limit"):
         rows = rows[: run["limit"]]
     cuda_graph = bool(run.get("cuda_graph", False))
     run_id = make_run_id(model_name, run)
-    prompts = make_prompts(rows, prefix_tokens, cfg.vocab_size, seed=zlib.crc32(wl.encode()))
+    prompts = make_prompts(rows, cfg.vocab_size, seed=zlib.crc32(wl.encode()))
 
     n_groups, group_types = num_layer_groups(cfg)
     bs = engine["block_size"]
@@ -266,7 +271,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max(r["output_tokens"] for r in rows), eos_token_id=-1,
                            pad_token_id=0)
     rec = {"run_id": run_id, "model": model_name, "workload": wl, "num_requests": len(rows),
-           "prefix_tokens": prefix_tokens, "cuda_graph_requested": cuda_graph, "recorded": record,
+           "prefix_tokens_max": max(r["prefix_tokens"] for r in rows), "cuda_graph_requested": cuda_graph, "recorded": record,
            "engine_requested": {"block_size": bs, "num_blocks": num_blocks, "max_batch_tokens": engine["max_batch_tokens"],
                                 "kv_capacity_tokens_per_group": engine["kv_capacity_tokens"], "layer_groups": n_groups,
                                 "group_types": group_types}}
@@ -342,7 +347,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
             q = {"model": model_name, "run_id": run_id, "id": idx, "request_id": rid,
                  "target_arrival_s": r6(row["arrival_s"]), "prompt_tokens": row["prompt_tokens"],
                  "requested_output_tokens": row["output_tokens"], "prefix_group": row["prefix_group"],
-                 "prefix_tokens": prefix_tokens if row["prefix_group"] is not None else 0}
+                 "prefix_tokens": row["prefix_tokens"]}
             if r is None:
                 q.update(status="missing", error="no result before the run's timeout")
             else:
@@ -389,12 +394,15 @@ def run_model(plan, entry, out, deadline):
     name = entry["name"]
     t_model = time.perf_counter()
     budget_end = min(deadline, time.time() + entry.get("budget_s", 1e9))
-    mrec = {"model": name, "layers_requested": entry.get("layers")}
+    mrec = {"model": name, "base_model": name, "layers_requested": entry.get("layers")}
     model = None
     try:
         cfg, orig_layers, src = build_config(name, entry.get("layers"))
         mrec.update(config_source=os.path.relpath(src, REPO), layers_original=orig_layers,
                     layers_run=cfg.num_hidden_layers)
+        if cfg.num_hidden_layers != orig_layers:  # a cut model is a different model: label it so
+            name = f"{name}-L{cfg.num_hidden_layers}"
+            mrec.update(model=name, base_model=entry["name"])
         t = time.perf_counter()
         model = build_model(cfg)
         mrec["build_s"] = r6(time.perf_counter() - t)

@@ -162,7 +162,7 @@ pub fn bounds(work: &Work, gpu: &GpuSpec, ceiling: Ceiling) -> Bounds {
 }
 
 /// Bounds of a shared-schema kernel (exact shape): the hard SOL from `hard` (a lower bound),
-/// the practical bound from `nominal` (`perf::sol`'s expected traffic).
+/// the practical bound from `nominal` (`kernel::nominal_sol`).
 pub fn kernel_bounds(op: Op, dtype: Dtype, hard: &Sol, nominal: &Sol, ceiling: Ceiling) -> Bounds {
     let traffic = if hard.bound == Bound::Network { Resource::Network } else { Resource::Memory };
     let (practical_us, dominant) = practical(nominal.compute_us, nominal.memory_us, traffic, ceiling);
@@ -183,6 +183,16 @@ pub fn kernel_bounds(op: Op, dtype: Dtype, hard: &Sol, nominal: &Sol, ceiling: C
         dominant,
         ceiling,
     }
+}
+
+/// The hard SOL if a warm-cache timing loop serves up to `l2_bytes` of the traffic from L2:
+/// only the rest must cross HBM. `None` for network-bound collectives.
+pub fn warm_l2_sol_us(compute_us: f64, bytes: f64, memory_us: f64, bound: Resource, l2_bytes: f64) -> Option<f64> {
+    if bound == Resource::Network {
+        return None;
+    }
+    let hbm_us = if bytes > 0.0 { (bytes - l2_bytes).max(0.0) * memory_us / bytes } else { 0.0 };
+    Some(compute_us.max(hbm_us))
 }
 
 fn practical(compute_us: f64, traffic_us: f64, traffic: Resource, c: Ceiling) -> (f64, Resource) {

@@ -78,7 +78,7 @@ pub fn evaluate_definition(
 pub fn evaluate_kernel(k: &Kernel, gpu: &GpuSpec, measured_us: Option<f64>) -> Result<Answer> {
     k.validate()?;
     let hard = kernel::hard_sol(k, gpu);
-    let nominal = crate::perf::sol::sol(k, gpu);
+    let nominal = kernel::nominal_sol(k, gpu);
     let class = OpClass::of_op(k.op);
     let dtype = gpu.effective_compute_dtype(k.dtype);
     let b = bound::kernel_bounds(k.op, dtype, &hard, &nominal, ceiling_for(gpu, class));
