@@ -192,11 +192,13 @@ pub fn run(
         }
     }
     let mut num_requests = 0u64;
+    let mut arrived_tokens = 0u64;
     let mut finished = Vec::new();
     while let Some((now_us, ev)) = sim.q.pop() {
         match ev {
             Event::Arrival { spec, client } => {
                 num_requests += 1;
+                arrived_tokens += spec.prompt_tokens as u64 + spec.output_tokens as u64;
                 if concurrency.is_none() {
                     if let Some(next) = source.next_request()? {
                         let t = next.arrival_s * 1e6;
@@ -237,7 +239,17 @@ pub fn run(
                 sim.kick(replica, now_us);
             }
             Event::StageFree { replica } => sim.kick(replica, now_us),
-            Event::Kick { replica } => sim.try_start(replica, now_us, obs)?,
+            Event::Kick { replica } => {
+                sim.try_start(replica, now_us, obs)?;
+                // Every step computes at least one token; a run needing far more steps than it
+                // has tokens is cycling (e.g. preempting and readmitting forever): stop, don't hang.
+                if sim.rec.steps > 10_000 + 64 * arrived_tokens {
+                    bail!(
+                        "no progress: {} steps for {} tokens of {} requests by t={:.3} s ({} preemptions); the KV cache is too small for this engine's admission policy",
+                        sim.rec.steps, arrived_tokens, num_requests, now_us * 1e-6, sim.rec.preemptions
+                    );
+                }
+            }
         }
         if !sim.rec.finished.is_empty() {
             std::mem::swap(&mut finished, &mut sim.rec.finished);

@@ -170,7 +170,14 @@ impl Replica {
                 break;
             }
             let n = remaining.min(budget);
-            let reserve_to = if self.params.policy == Policy::Static { front.prompt + front.output } else { hit_tokens + n };
+            // vLLM allocates for this step's tokens only. SGLang admits a request only if its
+            // whole prompt fits (so a chunked prefill never stalls half-way and starves decode);
+            // static batching reserves prompt + output up front.
+            let reserve_to = match self.params.policy {
+                Policy::Continuous => hit_tokens + n,
+                Policy::PrefillFirst => num_tokens,
+                Policy::Static => front.prompt + front.output,
+            };
             let need = div_ceil(reserve_to, bs) as usize - self.hit_buf.len();
             let hits_free = self.hit_buf.iter().filter(|&&b| self.pool.is_free(b)).count();
             if (self.pool.num_free() as usize) < need + hits_free {
