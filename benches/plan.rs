@@ -48,13 +48,7 @@ fn setup() -> (ModelConfig, SearchSpace, SimEvaluator, WorkloadSpec, Slo) {
         gpu_memory_utilization: engine.gpu_memory_utilization,
         min_kv_tokens: 8192,
     };
-    let eval = SimEvaluator {
-        model: model.clone(),
-        gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(),
-        engine,
-        tier: Tier::Roofline,
-        router: RouterKind::RoundRobin,
-    };
+    let eval = SimEvaluator::new(model.clone(), &gpus, engine, Tier::Roofline, RouterKind::RoundRobin).expect("evaluator");
     let slo = Slo { ttft_ms: Some(500.0), tpot_ms: Some(30.0), e2e_ms: None, percentile: 99.0 };
     (model, space, eval, workload, slo)
 }

@@ -1035,25 +1035,27 @@ def start_smi_monitor(path):
 
 
 def summarize_smi(path):
-    sm, power = [], []
+    """Per-GPU SM clock and power over the run, from the monitor's samples."""
+    per = {}
     try:
         with open(path) as f:
             for line in f:
                 v = [x.strip() for x in line.split(",")]
-                if len(v) >= 5:
-                    try:
-                        sm.append(float(v[2]))
-                        power.append(float(v[4]))
-                    except ValueError:
-                        pass
+                try:
+                    per.setdefault(v[1], ([], []))
+                    per[v[1]][0].append(float(v[2]))
+                    per[v[1]][1].append(float(v[4]))
+                except (ValueError, IndexError):
+                    pass
     except OSError:
         return None
-    if not sm:
-        return None
-    sm.sort()
-    power.sort()
-    return {"samples": len(sm), "sm_mhz_min": sm[0], "sm_mhz_median": quantile(sm, 0.5), "sm_mhz_max": sm[-1],
-            "power_w_median": quantile(power, 0.5), "power_w_max": power[-1]}
+    out = {}
+    for idx, (sm, power) in sorted(per.items()):
+        sm.sort()
+        power.sort()
+        out["gpu" + idx] = {"samples": len(sm), "sm_mhz_min": sm[0], "sm_mhz_median": quantile(sm, 0.5),
+                            "sm_mhz_max": sm[-1], "power_w_median": quantile(power, 0.5), "power_w_max": power[-1]}
+    return out or None
 
 
 def now_utc():

@@ -92,8 +92,8 @@ fn row(kernel: Kernel, backend: &str, routing: &str) -> KernelRow {
     r
 }
 
-fn gemm_rows(out: &mut Vec<KernelRow>, ms: &[u64], nk: &[(u64, u64)]) {
-    for dtype in [Dtype::Bf16, Dtype::Fp8] {
+fn gemm_rows(out: &mut Vec<KernelRow>, ms: &[u64], nk: &[(u64, u64)], dtypes: &[Dtype]) {
+    for &dtype in dtypes {
         let backend = if dtype == Dtype::Fp8 { "cublaslt_scaled_mm" } else { "cublas" };
         for &(n, k) in nk {
             for &m in ms {
@@ -232,7 +232,7 @@ pub fn default_plan() -> Vec<KernelRow> {
     }
     let mut nk: Vec<(u64, u64)> = GEMM_NK.iter().flat_map(|&n| GEMM_NK.iter().map(move |&k| (n, k))).collect();
     nk.extend(GEMM_LLM_NK);
-    gemm_rows(&mut out, &GEMM_M, &nk);
+    gemm_rows(&mut out, &GEMM_M, &nk, &[Dtype::Bf16, Dtype::Fp8]);
     for op in COLL_OPS {
         for &b in &COLL_BYTES {
             let k = Kernel { bytes: b, num_gpus: COLL_GPUS, ..Kernel::new(op, Dtype::Bf16) };
@@ -297,8 +297,10 @@ pub fn model_plan(m: &ModelConfig, tp: u64) -> Result<Vec<KernelRow>> {
             nk.push((m.hidden, moe.shared_inter / tp));
         }
     }
-    nk.push((m.vocab.div_ceil(tp), m.hidden)); // lm_head, vocabulary split across GPUs
-    gemm_rows(&mut out, &GEMM_M, &nk);
+    gemm_rows(&mut out, &GEMM_M, &nk, &[Dtype::Bf16, Dtype::Fp8]);
+    // lm_head: vocabulary split across GPUs; kept in bf16 by fp8 deployments (and its width
+    // per GPU need not be a multiple of 16, which fp8 GEMMs require).
+    gemm_rows(&mut out, &GEMM_M, &[(m.vocab.div_ceil(tp), m.hidden)], &[Dtype::Bf16]);
     let heads = (s.heads, s.kv_heads, m.head_dim);
     let has_full_attn = m.layers.iter().any(|l| l.attn != AttnKind::Linear);
     if has_full_attn {

@@ -95,3 +95,28 @@ fn impossible_tp_is_refused_with_the_numbers() {
     let err = model_plan(&m, 5).unwrap_err().to_string();
     assert!(err.contains("--tp 5") && err.contains("32"), "{err}");
 }
+
+#[test]
+fn committed_h200_measurements_read_back_in_the_shared_schema() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("microbench/data/h200_sxm");
+    for (file, expect_collectives) in [("h200_sxm.csv", false), ("h200_sxm_x2_collectives.csv", true)] {
+        let rows = kernelsight::schema::read_rows(&dir.join(file)).unwrap();
+        assert!(!rows.is_empty(), "{file} is empty");
+        for r in &rows {
+            assert!(r.latency_us.unwrap() > 0.0, "{file}: row without latency");
+            assert_eq!(r.gpu.as_deref(), Some("h200_sxm"));
+            assert!(r.backend.is_some());
+            assert_eq!(r.kernel.op.is_collective(), expect_collectives, "{file}: {}", r.kernel.op);
+        }
+    }
+}
+
+#[test]
+fn committed_default_plan_matches_the_generator() {
+    // The measured data's provenance records this file's SHA-256; keep it what the code emits.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("microbench/plans/h200_default.csv");
+    let committed = std::fs::read_to_string(path).unwrap();
+    let mut fresh = Vec::new();
+    write_plan(&mut fresh, &default_plan()).unwrap();
+    assert!(committed == String::from_utf8(fresh).unwrap(), "regenerate with `kernelsight microbench plan --out microbench/plans/h200_default.csv`");
+}

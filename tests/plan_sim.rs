@@ -12,17 +12,10 @@ use kernelsight::plan::sim_eval::{kv_transfer_s, SimEvaluator};
 use kernelsight::sim::engine::EngineParams;
 use kernelsight::sim::router::RouterKind;
 use kernelsight::workload::{Arrival, Lengths, Sharing, WorkloadSpec};
-use std::collections::BTreeMap;
 
 fn eval() -> SimEvaluator {
     let g = load_gpu("h200_sxm").unwrap();
-    SimEvaluator {
-        model: ModelConfig::load("llama-3.1-8b").unwrap(),
-        gpus: BTreeMap::from([(g.id.clone(), g)]),
-        engine: EngineParams::load("vllm").unwrap(),
-        tier: Tier::Roofline,
-        router: RouterKind::RoundRobin,
-    }
+    SimEvaluator::new(ModelConfig::load("llama-3.1-8b").unwrap(), &[g], EngineParams::load("vllm").unwrap(), Tier::Roofline, RouterKind::RoundRobin).unwrap()
 }
 
 fn cand(dp: u64, max_num_seqs: u32, disagg: Option<PoolSplit>) -> Candidate {
@@ -80,7 +73,7 @@ fn disaggregated_ttft_adds_the_transfer_and_one_decode_step() {
     let split = Some(PoolSplit { prefill_replicas: 1, decode_replicas: 1 });
     let dis = e.evaluate(&cand(2, 256, split), &w, 50.0).unwrap();
     let g = load_gpu("h200_sxm").unwrap();
-    let pred = Predictor::new(&e.model, &g, &Deployment::default(), Tier::Roofline).unwrap();
+    let pred = Predictor::new(&e.model, &g, &Deployment::default(), Tier::Roofline).unwrap().with_host_overhead(e.host.clone());
     let prefill_ms = pred.step_time(&[SeqWork { new_tokens: 1000, cached_tokens: 0 }]).total_us * 1e-3;
     let decode_ms = pred.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 999 }]).total_us * 1e-3;
     let transfer_ms = kv_transfer_s(&e.model, &cand(2, 256, split), &g, 1000) * 1e3;

@@ -28,7 +28,10 @@ def load_table(aic, pattern):
     frames = []
     for path in sorted(glob.glob(os.path.join(aic, pattern))):
         d = pd.read_parquet(path)
-        d["table"] = f"{d['framework'].iloc[0]} {d['version'].iloc[0]}"
+        if "framework" in d:
+            d["table"] = f"{d['framework'].iloc[0]} {d['version'].iloc[0]}"
+        else:  # the oldest NCCL table has no framework/version columns: name it by folder
+            d["table"] = "nccl " + os.path.basename(os.path.dirname(path))
         # Older tables lack these columns; their rows are full-attention bf16.
         for col, default in (("window_size", 0), ("attn_dtype", "bfloat16"), ("kv_cache_dtype", "bfloat16")):
             if col not in d:
@@ -42,7 +45,7 @@ def gemm(ours, aic):
     t = t[t["gemm_dtype"].isin(["bfloat16", "fp8"])].copy()
     t["dtype"] = t["gemm_dtype"].map({"bfloat16": "bf16", "fp8": "fp8"})
     t = t.groupby(["table", "kernel_source", "dtype", "m", "n", "k"], as_index=False)["latency"].median()
-    o = ours[ours["op"] == "gemm"][["dtype", "m", "n", "k", "latency_us", "backend"]]
+    o = ours[ours["op"] == "gemm"][["op", "dtype", "m", "n", "k", "latency_us", "backend"]]
     j = o.merge(t, on=["dtype", "m", "n", "k"])
     j["ratio"] = j["latency_us"] / (j["latency"] * 1000.0)
     j["class"] = j["m"].map(lambda m: "m<=64 (weight-read bound)" if m <= 64 else ("m>=2048" if m >= 2048 else "64<m<2048"))
@@ -77,6 +80,21 @@ def attention(ours, aic):
     return j
 
 
+def nccl(ours, aic):
+    """Collectives (nccl-tests tables: message_size in elements of `half`; bytes = 2 x elements)."""
+    t = load_table(aic, "comm/nccl/*/nccl_perf.parquet")
+    if t.empty or ours[ours["op"].isin(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])].empty:
+        return pd.DataFrame()
+    t = t[t["nccl_dtype"] == "half"].assign(bytes=lambda d: d["message_size"] * 2,
+                                            op=lambda d: d["op_name"].replace({"alltoall": "all_to_all"}))
+    t = t.groupby(["table", "kernel_source", "op", "num_gpus", "bytes"], as_index=False)["latency"].median()
+    j = ours.merge(t, on=["op", "num_gpus", "bytes"])
+    j["ratio"] = j["latency_us"] / (j["latency"] * 1000.0)
+    j["class"] = j["bytes"].map(lambda b: "<=1 MiB" if b <= 1 << 20 else ">1 MiB")
+    j["group"] = j["op"] + " vs nccl-tests"
+    return j
+
+
 def report(title, j):
     print(f"\n### {title}\n")
     print("| ours vs theirs | their table | class | shapes | median ours/theirs | p10 | p90 |")
@@ -91,6 +109,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ours", required=True)
     ap.add_argument("--aic", required=True, help="aiconfigurator systems/data/h200_sxm folder")
+    ap.add_argument("--coll", help="our collective CSV (2-GPU run), compared with their NCCL tables")
     ap.add_argument("--joined", help="write the joined rows to this CSV")
     a = ap.parse_args()
     ours = pd.read_csv(a.ours)
@@ -100,8 +119,14 @@ def main():
     at = attention(ours, a.aic)
     report("GEMM (ours: torch.mm / torch._scaled_mm on cuBLAS; theirs: framework linear layer)", g)
     report("Attention (prefill: no cached prefix; decode: kv_len = attended tokens = their step + 1)", at)
+    parts = [g, at]
+    if a.coll:
+        c = nccl(pd.read_csv(a.coll), a.aic)
+        if not c.empty:
+            report("Collectives, 2 GPUs (ours: torch.distributed NCCL in a CUDA graph; theirs: nccl-tests)", c)
+            parts.append(c)
     if a.joined:
-        pd.concat([g, at], ignore_index=True).to_csv(a.joined, index=False)
+        pd.concat(parts, ignore_index=True).to_csv(a.joined, index=False)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ use crate::sim::engine::EngineParams;
 use crate::workload::Arrival;
 use anyhow::{bail, Result};
 use clap::Args;
-use std::collections::BTreeMap;
 
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
@@ -82,7 +81,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     }
     let tier = a.deploy.tier.unwrap_or(Tier::Roofline);
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
-    let eval = SimEvaluator { model: model.clone(), gpus: BTreeMap::from([(gpu.id.clone(), gpu.clone())]), engine, tier, router: a.run.router };
+    let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?;
     let started = std::time::Instant::now();
     let result = max_sustainable_rate(&eval, &cand, &workload, &slo, &CapacityOptions { start_rate_per_s: start, ..CapacityOptions::default() })?;
     let elapsed_s = started.elapsed().as_secs_f64();

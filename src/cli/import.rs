@@ -1,10 +1,57 @@
-//! `kernelsight import` (placeholder until its issue lands).
+//! `kernelsight import aiconfigurator|vidur DIR [--out FILE.csv[.gz]]`: normalizes public
+//! measurement tables into the shared kernel schema and prints rows per GPU and op.
+use crate::ingest::{self, aiconfigurator, curate, vidur, Imported};
 use anyhow::Result;
-use clap::Args;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Source {
+    /// aiconfigurator parquet tables (`systems/data/<gpu>/<family>/<framework>/<version>/*.parquet`).
+    Aiconfigurator,
+    /// Vidur profiling CSVs (`profiling/compute/<gpu>/.../mlp.csv`, `profiling/network/...`).
+    Vidur,
+}
 
 #[derive(Debug, Args)]
-pub struct ImportArgs {}
+pub struct ImportArgs {
+    /// Which public data set DIR holds.
+    pub source: Source,
+    /// Folder to search recursively for the data set's tables.
+    pub dir: PathBuf,
+    /// Write the normalized rows here (shared schema CSV; gzip when the name ends in .gz).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Keep only the subset shipped in microbench/public/ (see its README.md).
+    #[arg(long)]
+    pub curated: bool,
+}
 
-pub fn run(_args: ImportArgs) -> Result<()> {
-    anyhow::bail!("'import' is not implemented yet")
+pub fn run(args: ImportArgs) -> Result<()> {
+    let imported = match args.source {
+        Source::Aiconfigurator if args.curated => {
+            let mut all = aiconfigurator::import_dir_where(&args.dir, curate::wants_file)?;
+            all.rows.retain(curate::keep);
+            all
+        }
+        Source::Aiconfigurator => aiconfigurator::import_dir(&args.dir)?,
+        Source::Vidur => vidur::import_dir(&args.dir)?,
+    };
+    print_summary(&imported);
+    if let Some(out) = &args.out {
+        ingest::write_rows_file(out, &imported.rows)?;
+        println!("wrote {} rows to {}", imported.rows.len(), out.display());
+    }
+    Ok(())
+}
+
+fn print_summary(imported: &Imported) {
+    println!("{:<22} {:<16} {:>9}", "gpu", "op", "rows");
+    for ((gpu, op), n) in ingest::summary(&imported.rows) {
+        println!("{gpu:<22} {op:<16} {n:>9}");
+    }
+    println!("total {} rows (repeated keys collapsed to their median)", imported.rows.len());
+    for (reason, n) in &imported.skipped {
+        println!("skipped {n:>7} rows: {reason}");
+    }
 }

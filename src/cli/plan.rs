@@ -206,13 +206,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         min_kv_tokens: longest_request(&workload)?,
     };
     let enumerated = space.enumerate(&model)?;
-    let eval = SimEvaluator {
-        model: model.clone(),
-        gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(),
-        engine,
-        tier: a.tier,
-        router: a.run.router,
-    };
+    let eval = SimEvaluator::new(model.clone(), &gpus, engine, a.tier, a.run.router)?;
     let started = std::time::Instant::now();
     let pb = if a.run.json { ProgressBar::hidden() } else { progress_bar("simulating") };
     let input = PlanInput {

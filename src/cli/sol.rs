@@ -67,8 +67,9 @@ struct BudgetArgs {
 
 #[derive(Debug, Args)]
 struct ValidateArgs {
-    /// Shared-schema CSVs with latency_us and gpu columns (repeatable).
-    #[arg(long = "input", required = true)]
+    /// Shared-schema CSVs (.csv or .csv.gz) with latency_us and gpu columns (repeatable).
+    /// Default: the public subset (microbench/public) and microbench/data/*/*.csv.
+    #[arg(long = "input")]
     inputs: Vec<PathBuf>,
     #[arg(long)]
     json: bool,
@@ -195,7 +196,7 @@ fn run_budget(a: BudgetArgs) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string(&plan)?)?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7} {:>6}", "problem", "headroom", "verdict", "trials", "need", "")?;
+    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7}", "problem", "headroom", "verdict", "trials", "need")?;
     for x in &plan.allocations {
         writeln!(out, "{:<32} {:>9.2}x {:>10} {:>10} {:>7}", x.name, x.headroom, x.verdict.as_str(), x.trials, x.need)?;
     }
@@ -205,10 +206,15 @@ fn run_budget(a: BudgetArgs) -> Result<()> {
 }
 
 fn run_validate(a: ValidateArgs) -> Result<()> {
-    let mut rows = Vec::new();
-    for p in &a.inputs {
-        rows.extend(read_rows(p)?);
-    }
+    let rows = if a.inputs.is_empty() {
+        validate::project_measurements()?
+    } else {
+        let mut rows = Vec::new();
+        for p in &a.inputs {
+            rows.extend(crate::ingest::read_rows_file(p)?);
+        }
+        rows
+    };
     let rep = validate::validate(&rows);
     print_validation(&rep, a.json)
 }
@@ -220,30 +226,36 @@ pub fn print_validation(rep: &validate::Report, json: bool) -> Result<()> {
         return Ok(());
     }
     writeln!(out, "measured / hard SOL over {} rows", rep.rows)?;
-    writeln!(out, "{:<20} {:<18} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>11}", "gpu", "op", "rows", "min", "p01", "p50", "p99", "max", "<SOL", "unexplained")?;
+    writeln!(
+        out,
+        "{:<20} {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>9} {:>9}",
+        "gpu", "op", "rows", "min", "p01", "p50", "p99", "max", "<SOL", "beyond", "anomalies"
+    )?;
     for g in &rep.groups {
         writeln!(
             out,
-            "{:<20} {:<18} {:>7} {:>7.3} {:>7.3} {:>7.2} {:>7.1} {:>9.1} {:>6} {:>11}",
-            g.gpu, g.op, g.rows, g.min, g.p01, g.p50, g.p99, g.max, g.below_sol, g.unexplained
+            "{:<20} {:<16} {:>7} {:>7.3} {:>7.3} {:>7.2} {:>7.1} {:>9.1} {:>6} {:>9} {:>9}",
+            g.gpu, g.op, g.rows, g.min, g.p01, g.p50, g.p99, g.max, g.below_sol, g.unexplained, g.anomalies
         )?;
     }
+    writeln!(out, "(<SOL: rows below the hard SOL; beyond: below it by more than the noise margin with no warm-L2 explanation; anomalies: of those, known upstream errors)")?;
     for (why, n) in &rep.skipped {
         writeln!(out, "skipped {n} rows: {why}")?;
     }
-    for v in rep.violations.iter().take(20) {
+    let mut reasons: Vec<&str> = rep.violations.iter().filter_map(|v| v.anomaly).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    for r in reasons {
+        writeln!(out, "known anomaly: {r}")?;
+    }
+    for v in rep.violations.iter().filter(|v| !v.warm_l2 && v.anomaly.is_none()).take(20) {
         writeln!(
             out,
-            "  {:.3}x SOL  {} {} [{}] measured {:.3} us < SOL {:.3} us{}",
-            v.ratio,
-            v.gpu,
-            v.kernel,
-            v.source,
-            v.measured_us,
-            v.sol_us,
-            if v.l2_resident { "  (fits in L2: warm-cache timing)" } else { "" }
+            "  {:.3}x SOL  {} {} [{}] measured {:.3} us < SOL {:.3} us",
+            v.ratio, v.gpu, v.kernel, v.source, v.measured_us, v.sol_us
         )?;
     }
-    writeln!(out, "unexplained violations beyond the {:.0}% noise margin: {}", crate::headroom::verdict::NOISE_MARGIN * 100.0, rep.unexplained())?;
+    let warm = rep.violations.iter().filter(|v| v.warm_l2).count();
+    writeln!(out, "rows beyond the {:.0}% noise margin: {} possible with a warm L2, {} known anomalies, {} unexplained", crate::headroom::verdict::NOISE_MARGIN * 100.0, warm, rep.anomalies(), rep.unexplained())?;
     Ok(())
 }

@@ -161,27 +161,38 @@ pub fn bounds(work: &Work, gpu: &GpuSpec, ceiling: Ceiling) -> Bounds {
     }
 }
 
-/// Bounds of a shared-schema kernel from `perf::sol` (exact shapes: nominal = lower).
-pub fn kernel_bounds(op: Op, dtype: Dtype, s: &Sol, ceiling: Ceiling) -> Bounds {
-    let traffic = if s.bound == Bound::Network { Resource::Network } else { Resource::Memory };
-    let (practical_us, dominant) = practical(s.compute_us, s.memory_us, traffic, ceiling);
+/// Bounds of a shared-schema kernel (exact shape): the hard SOL from `hard` (a lower bound),
+/// the practical bound from `nominal` (`kernel::nominal_sol`).
+pub fn kernel_bounds(op: Op, dtype: Dtype, hard: &Sol, nominal: &Sol, ceiling: Ceiling) -> Bounds {
+    let traffic = if hard.bound == Bound::Network { Resource::Network } else { Resource::Memory };
+    let (practical_us, dominant) = practical(nominal.compute_us, nominal.memory_us, traffic, ceiling);
     Bounds {
         class: OpClass::of_op(op),
         compute_dtype: dtype,
-        flops: s.flops,
-        bytes: s.bytes,
-        compute_us: s.compute_us,
-        memory_us: s.memory_us,
-        sol_us: s.sol_us,
-        bound: match s.bound {
+        flops: hard.flops,
+        bytes: hard.bytes,
+        compute_us: hard.compute_us,
+        memory_us: hard.memory_us,
+        sol_us: hard.sol_us,
+        bound: match hard.bound {
             Bound::Compute => Resource::Compute,
             Bound::Memory => Resource::Memory,
             Bound::Network => Resource::Network,
         },
-        practical_us: practical_us.max(s.sol_us),
+        practical_us: practical_us.max(hard.sol_us),
         dominant,
         ceiling,
     }
+}
+
+/// The hard SOL if a warm-cache timing loop serves up to `l2_bytes` of the traffic from L2:
+/// only the rest must cross HBM. `None` for network-bound collectives.
+pub fn warm_l2_sol_us(compute_us: f64, bytes: f64, memory_us: f64, bound: Resource, l2_bytes: f64) -> Option<f64> {
+    if bound == Resource::Network {
+        return None;
+    }
+    let hbm_us = if bytes > 0.0 { (bytes - l2_bytes).max(0.0) * memory_us / bytes } else { 0.0 };
+    Some(compute_us.max(hbm_us))
 }
 
 fn practical(compute_us: f64, traffic_us: f64, traffic: Resource, c: Ceiling) -> (f64, Resource) {

@@ -4,6 +4,7 @@
 
 pub mod bound;
 pub mod budget;
+pub mod kernel;
 pub mod ops;
 pub mod serve;
 pub mod trace;
@@ -73,20 +74,22 @@ pub fn evaluate_definition(
     })
 }
 
-/// Bounds of one shared-schema kernel (exact shape) through `perf::sol`.
+/// Bounds of one shared-schema kernel (exact shape) through `perf::sol` (see `kernel`).
 pub fn evaluate_kernel(k: &Kernel, gpu: &GpuSpec, measured_us: Option<f64>) -> Result<Answer> {
     k.validate()?;
-    let s = crate::perf::sol::sol(k, gpu);
+    let hard = kernel::hard_sol(k, gpu);
+    let nominal = kernel::nominal_sol(k, gpu);
     let class = OpClass::of_op(k.op);
-    let b = bound::kernel_bounds(k.op, gpu.effective_compute_dtype(k.dtype), &s, ceiling_for(gpu, class));
+    let dtype = gpu.effective_compute_dtype(k.dtype);
+    let b = bound::kernel_bounds(k.op, dtype, &hard, &nominal, ceiling_for(gpu, class));
     let assessment = measured_us.map(|t| verdict::assess(&b, t, gpu.l2_bytes())).transpose()?;
     Ok(Answer {
         gpu: gpu.id.clone(),
         subject: format!("{} {} {}", k.op, k.dtype, k.shape_string()),
         workload: None,
         bounds: b,
-        nominal: None,
-        notes: vec![],
+        nominal: (nominal.bytes != hard.bytes).then_some(Counts { flops: nominal.flops, bytes: nominal.bytes }),
+        notes: kernel::notes(k.op).into_iter().map(str::to_string).collect(),
         missing: vec![],
         assessment,
     })

@@ -11,6 +11,7 @@ pub mod evaluate;
 pub mod frontier;
 pub mod plot;
 pub mod report;
+pub mod sim_eval;
 pub mod search;
 pub mod slo;
 pub mod space;

@@ -12,6 +12,7 @@ use super::evaluate::{Evaluator, Outcome, Quantiles};
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
+use crate::perf::host::HostOverhead;
 use crate::perf::predictor::{kernel_model_for, Predictor};
 use crate::perf::{SeqWork, StepCost, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
@@ -31,6 +32,8 @@ pub struct SimEvaluator {
     pub engine: EngineParams,
     pub tier: Tier,
     pub router: RouterKind,
+    /// CPU-side step costs of the engine (as `simulate` uses them).
+    pub host: HostOverhead,
 }
 
 fn quantiles(h: &Histogram, pct: f64) -> Quantiles {
@@ -98,6 +101,12 @@ impl StepTimeModel for ReceivedKv<'_> {
 }
 
 impl SimEvaluator {
+    /// Evaluator for `model` on `gpus` under `engine`, with that engine's host overhead.
+    pub fn new(model: ModelConfig, gpus: &[GpuSpec], engine: EngineParams, tier: Tier, router: RouterKind) -> Result<SimEvaluator> {
+        let host = HostOverhead::for_engine(&engine.name)?;
+        Ok(SimEvaluator { model, gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(), engine, tier, router, host })
+    }
+
     fn gpu(&self, id: &str) -> Result<&GpuSpec> {
         self.gpus.get(id).ok_or_else(|| anyhow!("candidate names GPU '{id}' that the planner did not load"))
     }
@@ -113,7 +122,7 @@ impl SimEvaluator {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
         }
         let (km, _) = kernel_model_for(gpu, self.tier)?;
-        Ok((engine, blocks, Predictor::with_kernel_model(&self.model, gpu, &dep, km)))
+        Ok((engine, blocks, Predictor::with_kernel_model(&self.model, gpu, &dep, km).with_host_overhead(self.host.clone())))
     }
 
     fn config(&self, engine: EngineParams, blocks: u32, dp: u64, pp: u64) -> SimConfig {
