@@ -11,5 +11,7 @@ pub mod kernels;
 pub mod microbench;
 pub mod model;
 pub mod perf;
+pub mod report;
 pub mod schema;
+pub mod sim;
 pub mod workload;

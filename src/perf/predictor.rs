@@ -3,37 +3,15 @@
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
 use super::roofline::RooflineModel;
+use super::host::HostOverhead;
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
 use crate::kernels::graph::{attention_kernels, step_kernels, token_kernels, KernelInstance};
 use crate::model::ModelConfig;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// CPU-side cost of one engine step (scheduling, input preparation, sampling bookkeeping,
-/// detokenization) not hidden behind GPU work.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct HostOverhead {
-    pub per_step_us: f64,
-    pub per_seq_us: f64,
-    pub per_token_us: f64,
-}
-
-impl Default for HostOverhead {
-    /// Placeholder until fitted on end-to-end traces: a CUDA-graph engine's per-step launch
-    /// and scheduling cost of a few hundred microseconds.
-    fn default() -> Self {
-        HostOverhead { per_step_us: 250.0, per_seq_us: 2.0, per_token_us: 0.05 }
-    }
-}
-
-impl HostOverhead {
-    pub fn step_us(&self, num_seqs: usize, num_tokens: u64) -> f64 {
-        self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
-    }
-}
 
 /// The kernel-time model for `tier` on `gpu`, and a note when a fallback was taken.
 /// Calibrated tiers are not fitted yet: they fall back to the roofline model and say so.
@@ -132,7 +110,9 @@ impl StepTimeModel for Predictor {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let mut cost = self.token_cost(tokens, seqs.len() as u64);
         self.add_kernels(&mut cost, &attention_kernels(&self.model, &self.dep, seqs));
-        cost.add_class("host", self.host.step_us(seqs.len(), tokens));
+        let gpu_us = cost.total_us;
+        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, seqs.len(), tokens);
+        cost.add_class("host", wall_us - gpu_us);
         cost
     }
 
