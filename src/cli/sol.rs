@@ -216,7 +216,22 @@ fn run_validate(a: ValidateArgs) -> Result<()> {
         rows
     };
     let rep = validate::validate(&rows);
-    print_validation(&rep, a.json)
+    print_validation(&rep, a.json)?;
+    if !a.json {
+        let mut gpus: Vec<&str> = rows.iter().filter_map(|r| r.gpu.as_deref()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "best observed efficiency per class (compute of peak FLOPs, memory of peak bandwidth; traffic > L2):")?;
+        for id in gpus {
+            let Ok(gpu) = load_gpu(id) else { continue };
+            let best = validate::best_efficiency(&rows, &gpu);
+            let cells: Vec<String> =
+                best.iter().map(|(c, (ce, me))| format!("{} {ce:.3}/{me:.3}", c.as_str())).collect();
+            writeln!(out, "  {id}: {}", cells.join(", "))?;
+        }
+    }
+    Ok(())
 }
 
 pub fn print_validation(rep: &validate::Report, json: bool) -> Result<()> {

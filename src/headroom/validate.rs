@@ -7,6 +7,7 @@
 use super::verdict::NOISE_MARGIN;
 use crate::hardware::{load_gpu, GpuSpec};
 use super::bound::{warm_l2_sol_us, Resource};
+use super::bound::OpClass;
 use super::kernel::hard_sol;
 use crate::perf::sol::Bound;
 use crate::schema::{KernelRow, Op};
@@ -92,23 +93,52 @@ impl Report {
 }
 
 /// The project's measurements: the public subset (`ingest::load_public`) and the collector's
-/// own CSVs under `microbench/data/<gpu>/`.
+/// shared-schema CSVs under `microbench/data/<gpu>/` (files whose header has an `op` column;
+/// the `nvidia-smi` logs beside them do not).
 pub fn project_measurements() -> anyhow::Result<Vec<KernelRow>> {
     let mut rows = crate::ingest::load_public()?;
     let data = crate::ingest::public_dir().join("../data");
-    if let Ok(gpus) = std::fs::read_dir(&data) {
-        let mut files: Vec<_> = gpus
-            .flatten()
-            .filter_map(|g| std::fs::read_dir(g.path()).ok())
-            .flat_map(|d| d.flatten().map(|f| f.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "csv"))
-            .collect();
-        files.sort();
-        for f in files {
-            rows.extend(crate::ingest::read_rows_file(&f)?);
-        }
+    let mut files: Vec<_> = std::fs::read_dir(&data)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|g| std::fs::read_dir(g.path()).ok())
+        .flat_map(|d| d.flatten().map(|f| f.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "csv") && has_op_column(p))
+        .collect();
+    files.sort();
+    for f in files {
+        rows.extend(crate::ingest::read_rows_file(&f)?);
     }
     Ok(rows)
+}
+
+fn has_op_column(path: &std::path::Path) -> bool {
+    use std::io::BufRead;
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    let mut header = String::new();
+    std::io::BufReader::new(f).read_line(&mut header).is_ok() && header.trim_end().split(',').any(|c| c == "op")
+}
+
+/// Best efficiency observed per op class on one GPU: max over rows of the hard SOL's compute
+/// time over the measured time, and of its traffic time over the measured time for rows whose
+/// traffic exceeds 4x L2 (a warm cache serves at most a quarter of it). Known anomalies are
+/// skipped. Against the hard SOL both stay at or below 1.
+pub fn best_efficiency(rows: &[KernelRow], gpu: &GpuSpec) -> BTreeMap<OpClass, (f64, f64)> {
+    let mut best: BTreeMap<OpClass, (f64, f64)> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.gpu.as_deref() == Some(gpu.id.as_str())) {
+        let Some(measured) = r.latency_us else { continue };
+        if known_anomaly(r).is_some() {
+            continue;
+        }
+        let s = hard_sol(&r.kernel, gpu);
+        let e = best.entry(OpClass::of_op(r.kernel.op)).or_insert((0.0, 0.0));
+        e.0 = e.0.max(s.compute_us / measured);
+        if r.kernel.op.is_collective() || s.bytes > 4.0 * gpu.l2_bytes() {
+            e.1 = e.1.max(s.memory_us / measured);
+        }
+    }
+    best
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
