@@ -293,7 +293,10 @@ pub fn execute(args: &SimulateArgs) -> Result<Report> {
         if let Some(t) = outputs.trace.take() {
             t.finish()?;
         }
-        let json = serde_json::to_string_pretty(&report.json())?;
+        // The file also carries the time series behind the timeline plot (at most 512 buckets).
+        let mut summary = report.json();
+        summary["timeline"] = serde_json::to_value(&report.outcome.rec.series)?;
+        let json = serde_json::to_string_pretty(&summary)?;
         std::fs::write(dir.join("summary.json"), json + "\n").with_context(|| format!("writing {}/summary.json", dir.display()))?;
         report::plots::write_all(dir, &report.outcome, &report.summary)?;
     }
