@@ -4,6 +4,7 @@
 pub mod batch_spec;
 pub mod cli;
 pub mod deployment;
+pub mod e2e;
 pub mod hardware;
 pub mod headroom;
 pub mod ingest;
@@ -11,6 +12,7 @@ pub mod kernels;
 pub mod microbench;
 pub mod model;
 pub mod perf;
+pub mod plan;
 pub mod report;
 pub mod schema;
 pub mod sim;

@@ -151,7 +151,7 @@ impl SimulateArgs {
             host.per_token_us,
             if host.launch_per_layer_us > 0.0 { format!(", eager launches {:.0} us/layer", host.launch_per_layer_us) } else { String::new() }
         );
-        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host);
+        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host).with_attention_impl(engine.attention_impl);
         let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
         let cfg = SimConfig {
             engine,

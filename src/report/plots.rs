@@ -109,7 +109,7 @@ fn breakdown<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, s: &Summary) -> R
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(110)
-        .build_cartesian_2d(0.0..100.0, (0..n).into_segmented())
+        .build_cartesian_2d(0.0..100.0, (0..n - 1).into_segmented())
         .map_err(err)?;
     chart
         .configure_mesh()
