@@ -7,6 +7,8 @@
 //! `shared` tokens are its prefix group's stream, the rest are unique to it. So the chained hash
 //! of block j is exactly identified by (group, j) when the block lies wholly inside the shared
 //! part and by (request, j) otherwise, which is the key used (no collisions by construction).
+//! Only group keys go into the hash map: a request-owned key can only be hit by its own request
+//! after preemption, which checks its old block table instead (`holds`), keeping the map small.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -25,6 +27,13 @@ pub fn block_key(owner: u64, j: u32) -> u128 {
 #[inline]
 pub fn group_owner(group: u64) -> u64 {
     group | (1 << 63)
+}
+
+/// Whether a key belongs to a prefix group's stream (other requests may hit it) rather than
+/// to one request's own tokens (only that request, recomputing after preemption, can).
+#[inline]
+pub fn is_shared_key(key: u128) -> bool {
+    (key >> 95) & 1 == 1
 }
 
 /// Multiplicative hasher for the u128 keys: fast and deterministic (no random state).
@@ -129,14 +138,22 @@ impl BlockPool {
         self.unlink(b);
         let k = self.key[b as usize];
         if k != NO_KEY {
-            self.cached.remove(&k);
+            if is_shared_key(k) {
+                self.cached.remove(&k);
+            }
             self.key[b as usize] = NO_KEY;
         }
         self.ref_cnt[b as usize] = 1;
         Some(b)
     }
 
-    /// The cached block holding `key`, if any.
+    /// Whether block `b` still holds `key` (not evicted since it was registered).
+    #[inline]
+    pub fn holds(&self, b: BlockId, key: u128) -> bool {
+        self.caching && self.key[b as usize] == key
+    }
+
+    /// The cached block holding the group key `key`, if any.
     #[inline]
     pub fn lookup(&self, key: u128) -> Option<BlockId> {
         if !self.caching {
@@ -175,7 +192,9 @@ impl BlockPool {
         if !self.caching || self.key[b as usize] != NO_KEY {
             return;
         }
-        if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(key) {
+        if !is_shared_key(key) {
+            self.key[b as usize] = key;
+        } else if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(key) {
             e.insert(b);
             self.key[b as usize] = key;
         }
@@ -219,10 +238,26 @@ mod tests {
     }
 
     #[test]
+    fn request_keys_are_found_through_the_old_table_until_evicted() {
+        let mut p = BlockPool::new(2, true);
+        let a = p.alloc().unwrap();
+        let k = block_key(42, 0);
+        assert!(!is_shared_key(k) && is_shared_key(block_key(group_owner(42), 0)));
+        p.register(a, k);
+        p.release(a);
+        assert!(p.holds(a, k));
+        assert_eq!(p.lookup(k), None, "request-owned keys are not in the shared map");
+        p.alloc().unwrap();
+        assert_eq!(p.alloc(), Some(a));
+        assert!(!p.holds(a, k), "evicted on reuse");
+    }
+
+    #[test]
     fn without_caching_nothing_is_found() {
         let mut p = BlockPool::new(2, false);
         let a = p.alloc().unwrap();
-        p.register(a, 5);
-        assert_eq!(p.lookup(5), None);
+        p.register(a, block_key(group_owner(2), 0));
+        assert_eq!(p.lookup(block_key(group_owner(2), 0)), None);
+        assert!(!p.holds(a, block_key(group_owner(2), 0)));
     }
 }
