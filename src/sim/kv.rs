@@ -138,7 +138,7 @@ impl BlockPool {
         self.unlink(b);
         let k = self.key[b as usize];
         if k != NO_KEY {
-            if is_shared_key(k) {
+            if is_shared_key(k) && self.cached.get(&k) == Some(&b) {
                 self.cached.remove(&k);
             }
             self.key[b as usize] = NO_KEY;
@@ -185,18 +185,17 @@ impl BlockPool {
         }
     }
 
-    /// Marks a full block as holding `key` so later requests can hit it. A key already cached
-    /// in another block stays with that block (as vLLM: the duplicate is not cached).
+    /// Marks a full block as holding `key` so later requests can hit it. When two requests
+    /// computed the same prefix at once, lookups go to the newest copy: free blocks are evicted
+    /// oldest first, so it outlives the other (vLLM keeps every copy; one findable suffices).
     #[inline]
     pub fn register(&mut self, b: BlockId, key: u128) {
         if !self.caching || self.key[b as usize] != NO_KEY {
             return;
         }
-        if !is_shared_key(key) {
-            self.key[b as usize] = key;
-        } else if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(key) {
-            e.insert(b);
-            self.key[b as usize] = key;
+        self.key[b as usize] = key;
+        if is_shared_key(key) {
+            self.cached.insert(key, b);
         }
     }
 
@@ -235,6 +234,23 @@ mod tests {
         p.release(d);
         assert_eq!(p.total_refs(), 0);
         assert_eq!(p.num_free(), 3);
+    }
+
+    #[test]
+    fn duplicate_shared_blocks_stay_findable_until_the_last_copy_goes() {
+        let mut p = BlockPool::new(3, true);
+        let k = block_key(group_owner(5), 0);
+        let (a, b) = (p.alloc().unwrap(), p.alloc().unwrap());
+        p.register(a, k);
+        p.register(b, k);
+        p.release(a);
+        p.release(b);
+        assert_eq!(p.lookup(k), Some(b));
+        assert_eq!(p.alloc(), Some(2));
+        assert_eq!(p.alloc(), Some(a), "the older copy is evicted first");
+        assert_eq!(p.lookup(k), Some(b), "the newer copy is still found");
+        assert_eq!(p.alloc(), Some(b));
+        assert_eq!(p.lookup(k), None);
     }
 
     #[test]
