@@ -248,3 +248,17 @@ fn a_preempted_request_finds_its_own_blocks_still_cached() {
     assert!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions >= 1);
     assert!(o.rec.prefix_hit_tokens >= 64, "hits {}", o.rec.prefix_hit_tokens);
 }
+
+#[test]
+fn static_batches_with_pipelining_never_run_padding_alone() {
+    let mut e = engine(Policy::Static);
+    e.max_num_seqs = 2;
+    let mut cfg = config(e, 1000);
+    cfg.pp = 2;
+    let reqs = vec![req(0, 0.0, 10, 2), req(1, 0.0, 10, 6), req(2, 0.0, 10, 3)];
+    let (o, _, m) = run(&cfg, reqs, None);
+    assert_eq!(o.rec.completed, 3);
+    // Batch [0, 1]: prefill + 5 decodes of 2 sequences (one padded); batch [2]: prefill + 2.
+    let sizes: Vec<usize> = m.batches.lock().unwrap().iter().map(|b| b.len()).collect();
+    assert_eq!(sizes, vec![2, 2, 2, 2, 2, 2, 1, 1, 1]);
+}

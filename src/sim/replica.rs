@@ -243,15 +243,17 @@ impl Replica {
                     }
                 } else {
                     self.schedule_running(u32::MAX, tag, |_| true, rec);
-                    for p in &mut self.padding {
+                    // Padding rides along with the batch's live sequences, never alone (with
+                    // pipelining the live ones may all be in flight).
+                    let padding = if self.work.is_empty() { &mut [][..] } else { &mut self.padding[..] };
+                    for p in padding {
                         self.work.push(SeqWork { new_tokens: 1, cached_tokens: *p });
                         *p += 1;
                     }
                 }
             }
         }
-        if self.work.is_empty() || self.work.iter().all(|w| w.new_tokens == 0) {
-            self.work.clear();
+        if self.work.is_empty() {
             return None;
         }
         self.next_batch = self.next_batch.wrapping_add(1);
