@@ -218,3 +218,21 @@ fn goodput_counts_requests_meeting_slos() {
     assert_eq!(o.rec.good, within);
     assert_eq!(within, 1, "requests 1 and 2 share one 500 us prefill step");
 }
+
+#[test]
+fn sglang_prefix_hits_are_token_granular_vllm_block_granular() {
+    let mk = || {
+        let mut a = req(0, 0.0, 100, 2);
+        let mut b = req(1, 1.0, 100, 2);
+        for r in [&mut a, &mut b] {
+            r.prefix_group = Some(3);
+            r.prefix_tokens = 70;
+        }
+        vec![a, b]
+    };
+    // 70 shared tokens: vLLM hits the 4 full 16-token blocks (64), SGLang's 1-token pages all 70.
+    let (_, obs, _) = run(&config(engine(Policy::Continuous), 100), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 64);
+    let (_, obs, _) = run(&config(engine(Policy::PrefillFirst), 1000), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 70);
+}

@@ -1,5 +1,5 @@
 //! Workload generator and trace reader behaviour.
-use kernelsight::workload::{trace, Arrival, Lengths, RequestSource, RequestSpec, Sharing, WorkloadSpec};
+use kernelsight::workload::{trace, Arrival, Lengths, RequestSpec, Sharing, WorkloadSpec};
 use std::io::Write;
 
 fn spec(n: u64, arrival: Arrival, lengths: Lengths, sharing: Sharing) -> WorkloadSpec {
