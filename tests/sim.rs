@@ -236,3 +236,15 @@ fn sglang_prefix_hits_are_token_granular_vllm_block_granular() {
     let (_, obs, _) = run(&config(engine(Policy::PrefillFirst), 1000), mk(), None);
     assert_eq!(obs.records[1].cached_tokens, 70);
 }
+
+#[test]
+fn a_preempted_request_finds_its_own_blocks_still_cached() {
+    // 12 blocks: both requests hold 6 when request 0 needs a 7th; request 1 is preempted, its
+    // last blocks are evicted first and its first 4 full blocks (64 tokens) survive until it is
+    // readmitted after request 0 ends.
+    let reqs = vec![req(0, 0.0, 60, 60), req(1, 0.0, 60, 60)];
+    let (o, obs, _) = run(&config(engine(Policy::Continuous), 12), reqs, None);
+    assert_eq!(o.rec.completed, 2);
+    assert!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions >= 1);
+    assert!(o.rec.prefix_hit_tokens >= 64, "hits {}", o.rec.prefix_hit_tokens);
+}
