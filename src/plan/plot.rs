@@ -210,7 +210,8 @@ impl Figure for LoadCurve {
         let root = root.titled(&self.title, ("sans-serif", 24)).map_err(err)?;
         let panels = root.split_evenly((2, 1));
         let x1 = lin_max(self.pts.iter().map(|p| p.0).chain(self.marks.iter().map(|m| m.0)));
-        let series: [(&str, Option<f64>, fn(&(f64, f64, f64)) -> f64, RGBColor); 2] =
+        type Get = fn(&(f64, f64, f64)) -> f64;
+        let series: [(&str, Option<f64>, Get, RGBColor); 2] =
             [("TTFT", self.ttft_limit, |p| p.1, BLUE), ("TPOT", self.tpot_limit, |p| p.2, MAGENTA)];
         for (panel, (name, limit, get, color)) in panels.iter().zip(series) {
             let (y0, y1) = log_range(self.pts.iter().map(get).chain(limit));

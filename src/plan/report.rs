@@ -27,8 +27,8 @@ fn table(out: &mut String, rows: &[&Evaluated], pct: &str) {
     let w = rows.iter().map(|e| e.label.len()).max().unwrap_or(10).max(10);
     let _ = writeln!(
         out,
-        "  {:<w$}  {:>4}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
-        "deployment", "GPUs", "USD/h", "tok/s/GPU", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"), "SLO"
+        "  {:<w$}  {:>4}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  SLO",
+        "deployment", "GPUs", "USD/h", "tok/s/GPU", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E")
     );
     for e in rows {
         let o = &e.outcome;
@@ -183,7 +183,7 @@ pub fn render_capacity(header: &[String], slo: &Slo, c: &CapacityResult) -> Stri
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Latency vs load:");
-    let _ = writeln!(out, "  {:>9}  {:>10}  {:>9}  {:>9}  {:>9}  {}", "req/s", "out tok/s", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"), "SLO");
+    let _ = writeln!(out, "  {:>9}  {:>10}  {:>9}  {:>9}  {:>9}  SLO", "req/s", "out tok/s", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"));
     for p in &c.curve {
         let o = &p.outcome;
         let verdict = if p.misses.is_empty() { "met".to_string() } else { p.misses.iter().map(|m| m.metric.to_uppercase()).collect::<Vec<_>>().join("+") + " missed" };

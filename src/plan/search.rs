@@ -102,6 +102,10 @@ pub struct PlanInput<'a> {
     pub closest: usize,
 }
 
+/// A candidate's position in the input, the candidate, its outcome, and whether the outcome
+/// was reused from a run with a larger max-num-seqs.
+type Run = (usize, Candidate, Result<Outcome>, bool);
+
 /// Simulates every candidate (in parallel; the order of results does not depend on the
 /// thread count) and ranks them. Candidates that differ only in max-num-seqs are run from the
 /// largest limit down, and a smaller limit that the larger run never reached reuses that run
@@ -123,7 +127,7 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
     progress.set_length(candidates.len() as u64);
     let pct = input.slo.percentile;
     let groups = seq_limit_groups(candidates);
-    let evaluated_groups: Vec<Vec<(usize, Candidate, Result<Outcome>, bool)>> = groups
+    let evaluated_groups: Vec<Vec<Run>> = groups
         .into_par_iter()
         .map(|group| {
             let mut out = Vec::with_capacity(group.len());
@@ -140,7 +144,7 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
             out
         })
         .collect();
-    let mut flat: Vec<(usize, Candidate, Result<Outcome>, bool)> = evaluated_groups.into_iter().flatten().collect();
+    let mut flat: Vec<Run> = evaluated_groups.into_iter().flatten().collect();
     flat.sort_by_key(|x| x.0);
     let simulations_run = flat.iter().filter(|x| !x.3).count();
     let results: Vec<(Candidate, Result<Outcome>)> = flat.into_iter().map(|(_, c, r, _)| (c, r)).collect();
