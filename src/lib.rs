@@ -4,6 +4,7 @@
 pub mod batch_spec;
 pub mod cli;
 pub mod deployment;
+pub mod e2e;
 pub mod hardware;
 pub mod headroom;
 pub mod ingest;

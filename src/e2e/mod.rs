@@ -1,0 +1,2 @@
+//! End-to-end validation against measured serving runs.
+pub mod silicon;
