@@ -249,3 +249,16 @@ fn bad_workloads_name_the_field() {
     let e = evaluate_definition(&paged, &w, &gpu, None, "w").unwrap_err().to_string();
     assert!(e.contains("len_indptr == batch_size + 1"), "{e}");
 }
+
+#[test]
+fn every_op_type_in_the_upstream_index_is_supported() {
+    let index = std::fs::read_to_string(fixture("definitions-index.tsv")).unwrap();
+    let supported = kernelsight::headroom::ops::SUPPORTED_OP_TYPES;
+    let mut seen = std::collections::BTreeSet::new();
+    for line in index.lines().skip(1) {
+        let op_type = line.split('\t').next().unwrap();
+        assert!(supported.contains(&op_type), "index op_type '{op_type}' is not supported");
+        seen.insert(op_type);
+    }
+    assert_eq!(seen.len(), 12);
+}

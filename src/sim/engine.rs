@@ -30,6 +30,9 @@ pub struct EngineParams {
     pub prefix_caching: bool,
     pub gpu_memory_utilization: f64,
     pub pad_finished: bool,
+    /// How attention runs over a batch (step-time model detail of the engine).
+    #[serde(default)]
+    pub attention_impl: crate::kernels::graph::AttentionImpl,
 }
 
 impl EngineParams {
