@@ -3,7 +3,7 @@
 use super::rows::SimPoint;
 use crate::cli::simulate::SimulateArgs;
 use crate::perf::host::HostOverhead;
-use crate::perf::predictor::{kernel_model_for, Predictor};
+use crate::perf::predictor::kernel_model_for;
 use crate::perf::Tier;
 use crate::sim::{self, record::NoObserver};
 use anyhow::{bail, Context, Result};
@@ -44,8 +44,7 @@ pub fn simulate(point: &SimPoint, tier: Tier, host: Option<&HostOverhead>) -> Re
     let args = simulate_args(point, tier)?;
     let mut sc = args.scenario()?;
     if let Some(h) = host {
-        let (km, _) = kernel_model_for(&sc.gpu, tier)?;
-        sc.predictor = Predictor::with_kernel_model(&sc.model, &sc.gpu, &sc.dep, km).with_host_overhead(h.clone());
+        sc.predictor.host = h.clone();
     }
     let mut source = sc.workload.build()?;
     let out = sim::run(&sc.cfg, &sc.predictor, source.as_mut(), sc.workload.concurrency(), &mut NoObserver)?;
