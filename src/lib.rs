@@ -2,6 +2,7 @@
 //! See `docs/ARCHITECTURE.md` for the data flow.
 
 pub mod batch_spec;
+pub mod calibrate;
 pub mod cli;
 pub mod deployment;
 pub mod e2e;

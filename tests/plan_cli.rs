@@ -91,7 +91,14 @@ fn capacity_reports_the_highest_rate_and_the_curve() {
     let curve = v["capacity"]["curve"].as_array().unwrap();
     assert!(curve.len() >= 8);
     assert!(dir.path().join("latency_vs_load.png").is_file());
-    // Disaggregated pools and a replica count that does not fit are handled too.
+    // Disaggregated pools: one prefill and one decode replica.
+    let (ok, stdout, stderr) = ks(&[
+        "capacity", "--gpu", "h200_sxm", "--prefill-replicas", "1", "--decode-replicas", "1", "--num-requests", "100", "--workload", "fixed",
+        "--isl", "500", "--osl", "50", "--slo-ttft-ms", "300",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("1P+1D") && stdout.contains("Highest rate within p99 TTFT <= 300 ms"), "{stdout}");
+    // A layout that does not fit and a half-given pool split are errors.
     let (ok, _, stderr) = ks(&["capacity", "--model", "llama-3.1-70b", "--gpu", "h200_sxm", "--slo-ttft-ms", "300"]);
     assert!(!ok && stderr.contains("does not fit"), "{stderr}");
     let (ok, _, stderr) = ks(&["capacity", "--gpu", "h200_sxm", "--prefill-replicas", "1", "--slo-ttft-ms", "300"]);

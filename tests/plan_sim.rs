@@ -49,6 +49,38 @@ fn a_limit_at_the_peak_gives_the_same_run() {
 }
 
 #[test]
+fn prefix_caching_off_without_sharing_gives_the_same_run() {
+    // The evaluator turns the prefix cache off for workloads that share nothing; the
+    // simulator run directly with the engine's default (cache on) must give the same latencies.
+    let w = workload(30.0, 400, 300, 150);
+    assert!(!kernelsight::plan::sim_eval::shares_prefixes(&w));
+    let off = eval().evaluate(&cand(1, 256, None), &w, 99.0).unwrap();
+    let mut on_engine = EngineParams::load("vllm").unwrap();
+    assert!(on_engine.prefix_caching);
+    on_engine.max_num_seqs = 256;
+    let g = load_gpu("h200_sxm").unwrap();
+    let m = ModelConfig::load("llama-3.1-8b").unwrap();
+    let e = eval();
+    let pred = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap().with_host_overhead(e.host.clone());
+    let plan = kernelsight::kernels::memory::plan(&m, &g, &Deployment::default(), on_engine.gpu_memory_utilization, 8192).unwrap();
+    let cfg = kernelsight::sim::SimConfig {
+        num_gpu_blocks: (plan.kv_capacity_tokens / on_engine.block_size as u64) as u32,
+        engine: on_engine,
+        max_model_len: m.max_context as u32,
+        dp: 1,
+        pp: 1,
+        router: RouterKind::RoundRobin,
+        slo_ttft_ms: None,
+        slo_tpot_ms: None,
+    };
+    let out = kernelsight::sim::run(&cfg, &pred, w.build().unwrap().as_mut(), None, &mut kernelsight::sim::record::NoObserver).unwrap();
+    assert_eq!(out.rec.completed, off.requests);
+    assert_eq!(out.rec.ttft_us.quantile(0.99) * 1e-3, off.ttft_ms.p99);
+    assert_eq!(out.rec.tpot_us.quantile(0.5) * 1e-3, off.tpot_ms.p50);
+    assert_eq!(out.rec.e2e_us.quantile(0.9) * 1e-3, off.e2e_ms.p90);
+}
+
+#[test]
 fn kv_transfer_uses_nvlink_inside_a_node_and_the_network_across() {
     let m = ModelConfig::load("llama-3.1-8b").unwrap();
     let g = load_gpu("h200_sxm").unwrap();

@@ -218,3 +218,47 @@ fn goodput_counts_requests_meeting_slos() {
     assert_eq!(o.rec.good, within);
     assert_eq!(within, 1, "requests 1 and 2 share one 500 us prefill step");
 }
+
+#[test]
+fn sglang_prefix_hits_are_token_granular_vllm_block_granular() {
+    let mk = || {
+        let mut a = req(0, 0.0, 100, 2);
+        let mut b = req(1, 1.0, 100, 2);
+        for r in [&mut a, &mut b] {
+            r.prefix_group = Some(3);
+            r.prefix_tokens = 70;
+        }
+        vec![a, b]
+    };
+    // 70 shared tokens: vLLM hits the 4 full 16-token blocks (64), SGLang's 1-token pages all 70.
+    let (_, obs, _) = run(&config(engine(Policy::Continuous), 100), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 64);
+    let (_, obs, _) = run(&config(engine(Policy::PrefillFirst), 1000), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 70);
+}
+
+#[test]
+fn a_preempted_request_finds_its_own_blocks_still_cached() {
+    // 12 blocks: both requests hold 6 when request 0 needs a 7th; request 1 is preempted, its
+    // last blocks are evicted first and its first 4 full blocks (64 tokens) survive until it is
+    // readmitted after request 0 ends.
+    let reqs = vec![req(0, 0.0, 60, 60), req(1, 0.0, 60, 60)];
+    let (o, obs, _) = run(&config(engine(Policy::Continuous), 12), reqs, None);
+    assert_eq!(o.rec.completed, 2);
+    assert!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions >= 1);
+    assert!(o.rec.prefix_hit_tokens >= 64, "hits {}", o.rec.prefix_hit_tokens);
+}
+
+#[test]
+fn static_batches_with_pipelining_never_run_padding_alone() {
+    let mut e = engine(Policy::Static);
+    e.max_num_seqs = 2;
+    let mut cfg = config(e, 1000);
+    cfg.pp = 2;
+    let reqs = vec![req(0, 0.0, 10, 2), req(1, 0.0, 10, 6), req(2, 0.0, 10, 3)];
+    let (o, _, m) = run(&cfg, reqs, None);
+    assert_eq!(o.rec.completed, 3);
+    // Batch [0, 1]: prefill + 5 decodes of 2 sequences (one padded); batch [2]: prefill + 2.
+    let sizes: Vec<usize> = m.batches.lock().unwrap().iter().map(|b| b.len()).collect();
+    assert_eq!(sizes, vec![2, 2, 2, 2, 2, 2, 1, 1, 1]);
+}

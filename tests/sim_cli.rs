@@ -53,6 +53,10 @@ fn json_summary_has_the_promised_fields() {
     assert_eq!(j["completed"], 200);
     assert!(j["tpot_definition"].as_str().unwrap().contains("(E2E - TTFT) / (output tokens - 1)"));
     assert_eq!(j["tier"], "roofline");
+    // A tier without calibration falls back, and the summary says which was asked and which ran.
+    let j = sim(&["--num-requests", "20", "--tier", "cross-gen"]).json();
+    assert_eq!(j["tier_requested"], "cross-gen");
+    assert_eq!(j["tier"], j["timing_model"].as_str().unwrap().split(' ').next().unwrap());
     // Output tokens over the duration, by definition.
     let tput = j["output_tokens"].as_f64().unwrap() / j["duration_s"].as_f64().unwrap();
     assert!((j["throughput_tok_s"].as_f64().unwrap() - tput).abs() < 1e-6 * tput);

@@ -97,6 +97,7 @@ pub struct Scenario {
     pub cfg: SimConfig,
     pub workload: WorkloadSpec,
     pub predictor: Predictor,
+    /// The tier asked for (`--tier`); `predictor.tier()` is the one in use after any fallback.
     pub tier: Tier,
     /// Lines describing the setup, for the report.
     pub setup: Vec<String>,
@@ -191,7 +192,12 @@ impl SimulateArgs {
                 gib(plan.capacity_bytes_per_gpu),
                 e.gpu_memory_utilization
             ),
-            format!("timing tier {}: {}", tier.as_str(), crate::perf::StepTimeModel::describe(&predictor)),
+            format!(
+                "timing tier {} (asked: {}): {}",
+                predictor.tier().as_str(),
+                tier.as_str(),
+                crate::perf::StepTimeModel::describe(&predictor)
+            ),
             host_line,
             format!("workload {}", describe_workload(&workload)),
         ];
@@ -218,7 +224,7 @@ pub fn describe_workload(w: &WorkloadSpec) -> String {
     };
     let arr = match w.arrival {
         Arrival::Rate { rate_per_s, .. } if rate_per_s.is_infinite() => "all at t=0".to_string(),
-        Arrival::Rate { rate_per_s, burstiness } if burstiness == 1.0 => format!("Poisson {rate_per_s} req/s"),
+        Arrival::Rate { rate_per_s, burstiness: 1.0 } => format!("Poisson {rate_per_s} req/s"),
         Arrival::Rate { rate_per_s, burstiness } => format!("Gamma {rate_per_s} req/s, burstiness {burstiness}"),
         Arrival::Closed { concurrency } => format!("closed loop, {concurrency} clients"),
     };
@@ -243,7 +249,8 @@ impl Report {
         let mut v = serde_json::to_value(&self.summary).expect("summary serializes");
         v["model"] = self.scenario.model.name.clone().into();
         v["gpu"] = self.scenario.gpu.id.clone().into();
-        v["tier"] = self.scenario.tier.as_str().into();
+        v["tier"] = self.scenario.predictor.tier().as_str().into();
+        v["tier_requested"] = self.scenario.tier.as_str().into();
         v["setup"] = self.scenario.setup.clone().into();
         v
     }
@@ -276,7 +283,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Report> {
     if let Some(p) = outputs.progress.take() {
         p.finish_and_clear();
     }
-    let timing = format!("{} ({})", scenario.tier.as_str(), crate::perf::StepTimeModel::describe(&scenario.predictor));
+    let timing = format!("{} ({})", scenario.predictor.tier().as_str(), crate::perf::StepTimeModel::describe(&scenario.predictor));
     let summary = Summary::new(&outcome, &scenario.cfg, timing);
     let report = Report { scenario, outcome, summary };
     if let Some(dir) = &args.out {
@@ -286,7 +293,10 @@ pub fn execute(args: &SimulateArgs) -> Result<Report> {
         if let Some(t) = outputs.trace.take() {
             t.finish()?;
         }
-        let json = serde_json::to_string_pretty(&report.json())?;
+        // The file also carries the time series behind the timeline plot (at most 512 buckets).
+        let mut summary = report.json();
+        summary["timeline"] = serde_json::to_value(&report.outcome.rec.series)?;
+        let json = serde_json::to_string_pretty(&summary)?;
         std::fs::write(dir.join("summary.json"), json + "\n").with_context(|| format!("writing {}/summary.json", dir.display()))?;
         report::plots::write_all(dir, &report.outcome, &report.summary)?;
     }

@@ -470,6 +470,9 @@ impl TracesReport {
                 host.per_step_us, host.per_seq_us, host.launch_per_layer_us, host.source
             );
         }
+        for (tier, describe) in &self.kernel_models {
+            s += &format!("  kernel model [{tier}]: {describe}\n");
+        }
         s += &format!("\n  {:<10} {:<12} {:<11} {:>5} {:>9} {:>9} {:>9}\n", "tier", "split", "metric", "runs", "median", "p90", "max");
         for (tier, splits) in &self.summary {
             for (split, metrics) in splits {

@@ -1,6 +1,7 @@
 //! Kernel and step timing: speed of light, learned efficiency, communication and host
 //! overhead, composed by a predictor the simulator asks for step times.
 
+pub mod efficiency;
 pub mod host;
 pub mod predictor;
 pub mod roofline;

@@ -2,7 +2,6 @@
 //! kernel-time model, and adds host overhead. Token-count-dependent kernels (GEMMs, norms,
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
-use super::roofline::RooflineModel;
 use super::host::HostOverhead;
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
@@ -13,15 +12,12 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The kernel-time model for `tier` on `gpu`, and a note when a fallback was taken.
-/// Calibrated tiers are not fitted yet: they fall back to the roofline model and say so.
+/// The kernel-time model for `tier` on `gpu` (calibrated where `calibration/` has fitted
+/// models, falling back to cross-gen and then roofline per op), and a note on any fallback.
 pub fn kernel_model_for(gpu: &GpuSpec, tier: Tier) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
-    let roofline: Arc<dyn KernelTimeModel> = Arc::new(RooflineModel::new(gpu.clone()));
-    let note = match tier {
-        Tier::Roofline => None,
-        other => Some(format!("no calibrated {} model yet; using the roofline model", other.as_str())),
-    };
-    Ok((roofline, note))
+    let km = super::efficiency::KernelModel::load(gpu, tier)?;
+    let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
+    Ok((Arc::new(km), note))
 }
 
 /// One row of a step's kernel table.

@@ -165,6 +165,12 @@ pub fn render_capacity(header: &[String], slo: &Slo, c: &CapacityResult) -> Stri
                 ms(o.e2e_ms.at_slo)
             );
             let _ = writeln!(out, "  predicted by: {}", o.predicted_by);
+            if c.first_failing_rate_per_s.is_none() {
+                let _ = writeln!(
+                    out,
+                    "  no rate tried missed the targets (the search stops at {max:.0} req/s); without a TTFT or E2E target, queueing delay is not bounded"
+                );
+            }
         }
         _ => {
             let lowest = c.curve.first();

@@ -20,7 +20,7 @@ use crate::sim::metrics::Histogram;
 use crate::sim::record::{RequestRecord, SimObserver, StepRecord};
 use crate::sim::router::RouterKind;
 use crate::sim::{self, SimConfig};
-use crate::workload::{RequestSource, RequestSpec, WorkloadSpec};
+use crate::workload::{RequestSource, RequestSpec, Sharing, WorkloadSpec};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashMap};
 
@@ -112,9 +112,16 @@ impl SimEvaluator {
     }
 
     /// Engine, KV blocks and predictor of one replica of `c`.
-    fn replica_setup(&self, c: &Candidate) -> Result<(EngineParams, u32, Predictor)> {
+    fn replica_setup(&self, c: &Candidate, workload: &WorkloadSpec) -> Result<(EngineParams, u32, Predictor)> {
         let gpu = self.gpu(&c.gpu)?;
-        let engine = EngineParams { max_num_seqs: c.limits.max_num_seqs, max_num_batched_tokens: c.limits.max_num_batched_tokens, ..self.engine.clone() };
+        let engine = EngineParams {
+            max_num_seqs: c.limits.max_num_seqs,
+            max_num_batched_tokens: c.limits.max_num_batched_tokens,
+            // Without shared prefixes no lookup can hit, so the cache changes nothing but
+            // costs hashing on every block: leave it off (same run, faster).
+            prefix_caching: self.engine.prefix_caching && shares_prefixes(workload),
+            ..self.engine.clone()
+        };
         let dep = c.replica();
         let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
         let blocks = (plan.kv_capacity_tokens / engine.block_size as u64).min(u32::MAX as u64) as u32;
@@ -139,7 +146,7 @@ impl SimEvaluator {
     }
 
     fn colocated(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
-        let (engine, blocks, pred) = self.replica_setup(c)?;
+        let (engine, blocks, pred) = self.replica_setup(c, workload)?;
         let cfg = self.config(engine, blocks, c.dep.dp, c.dep.pp);
         let mut source = workload.build()?;
         let mut watch = Watch::default();
@@ -160,7 +167,7 @@ impl SimEvaluator {
 
     fn disaggregated(&self, c: &Candidate, prefill: u64, decode: u64, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
         let gpu = self.gpu(&c.gpu)?;
-        let (engine, blocks, pred) = self.replica_setup(c)?;
+        let (engine, blocks, pred) = self.replica_setup(c, workload)?;
         // Prefill pool: prompts and their first token.
         let mut share = PrefillShare { inner: workload.build()?, outputs: HashMap::new() };
         let mut done = Watch { keep: true, ..Watch::default() };
@@ -229,6 +236,12 @@ pub fn kv_transfer_s(model: &ModelConfig, c: &Candidate, gpu: &GpuSpec, prompt_t
         gpu.interconnect.scaleout_gbps_per_dir * 1e9
     };
     bytes / link_bytes_per_s
+}
+
+/// Whether requests of `w` can share KV (prefix groups, sessions, or a replayed trace that
+/// may name groups).
+pub fn shares_prefixes(w: &WorkloadSpec) -> bool {
+    w.trace.is_some() || w.sharing != Sharing::None
 }
 
 /// A rejected request means the candidate cannot serve the workload at all.

@@ -2,6 +2,7 @@
 
 pub mod csv_out;
 pub mod plots;
+pub mod scatter;
 pub mod terminal;
 pub mod trace;
 

@@ -14,18 +14,18 @@ use std::sync::Once;
 static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 static REGISTER: Once = Once::new();
 
-fn register_font() {
+pub(crate) fn register_font() {
     REGISTER.call_once(|| {
         // The embedded font is a valid TTF; failure would only lose PNG text.
         let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
     });
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("drawing plot: {e:?}")
 }
 
-const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -86,7 +86,7 @@ fn timeline<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, o: &Outcome) -> Re
         .map_err(err)?;
     chart.configure_mesh().x_desc("simulated time (s)").y_desc("tokens/s").label_style(("sans-serif", 13)).draw().map_err(err)?;
     chart.draw_series(LineSeries::new(tok, COLORS[0].stroke_width(2))).map_err(err)?;
-    let kv: Vec<(f64, f64)> = s.buckets.iter().enumerate().map(|(i, b)| (i as f64 * w, b.kv_block_s / w * 100.0)).collect();
+    let kv: Vec<(f64, f64)> = s.buckets.iter().enumerate().map(|(i, b)| (i as f64 * w, b.kv_used_frac_s / w * 100.0)).collect();
     let mut chart = ChartBuilder::on(&bottom)
         .caption("KV cache in use (time-averaged per bucket)", ("sans-serif", 18))
         .margin(8)

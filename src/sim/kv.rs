@@ -7,6 +7,8 @@
 //! `shared` tokens are its prefix group's stream, the rest are unique to it. So the chained hash
 //! of block j is exactly identified by (group, j) when the block lies wholly inside the shared
 //! part and by (request, j) otherwise, which is the key used (no collisions by construction).
+//! Only group keys go into the hash map: a request-owned key can only be hit by its own request
+//! after preemption, which checks its old block table instead (`holds`), keeping the map small.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -25,6 +27,13 @@ pub fn block_key(owner: u64, j: u32) -> u128 {
 #[inline]
 pub fn group_owner(group: u64) -> u64 {
     group | (1 << 63)
+}
+
+/// Whether a key belongs to a prefix group's stream (other requests may hit it) rather than
+/// to one request's own tokens (only that request, recomputing after preemption, can).
+#[inline]
+pub fn is_shared_key(key: u128) -> bool {
+    (key >> 95) & 1 == 1
 }
 
 /// Multiplicative hasher for the u128 keys: fast and deterministic (no random state).
@@ -129,14 +138,22 @@ impl BlockPool {
         self.unlink(b);
         let k = self.key[b as usize];
         if k != NO_KEY {
-            self.cached.remove(&k);
+            if is_shared_key(k) && self.cached.get(&k) == Some(&b) {
+                self.cached.remove(&k);
+            }
             self.key[b as usize] = NO_KEY;
         }
         self.ref_cnt[b as usize] = 1;
         Some(b)
     }
 
-    /// The cached block holding `key`, if any.
+    /// Whether block `b` still holds `key` (not evicted since it was registered).
+    #[inline]
+    pub fn holds(&self, b: BlockId, key: u128) -> bool {
+        self.caching && self.key[b as usize] == key
+    }
+
+    /// The cached block holding the group key `key`, if any.
     #[inline]
     pub fn lookup(&self, key: u128) -> Option<BlockId> {
         if !self.caching {
@@ -168,16 +185,17 @@ impl BlockPool {
         }
     }
 
-    /// Marks a full block as holding `key` so later requests can hit it. A key already cached
-    /// in another block stays with that block (as vLLM: the duplicate is not cached).
+    /// Marks a full block as holding `key` so later requests can hit it. When two requests
+    /// computed the same prefix at once, lookups go to the newest copy: free blocks are evicted
+    /// oldest first, so it outlives the other (vLLM keeps every copy; one findable suffices).
     #[inline]
     pub fn register(&mut self, b: BlockId, key: u128) {
         if !self.caching || self.key[b as usize] != NO_KEY {
             return;
         }
-        if let std::collections::hash_map::Entry::Vacant(e) = self.cached.entry(key) {
-            e.insert(b);
-            self.key[b as usize] = key;
+        self.key[b as usize] = key;
+        if is_shared_key(key) {
+            self.cached.insert(key, b);
         }
     }
 
@@ -219,10 +237,43 @@ mod tests {
     }
 
     #[test]
+    fn duplicate_shared_blocks_stay_findable_until_the_last_copy_goes() {
+        let mut p = BlockPool::new(3, true);
+        let k = block_key(group_owner(5), 0);
+        let (a, b) = (p.alloc().unwrap(), p.alloc().unwrap());
+        p.register(a, k);
+        p.register(b, k);
+        p.release(a);
+        p.release(b);
+        assert_eq!(p.lookup(k), Some(b));
+        assert_eq!(p.alloc(), Some(2));
+        assert_eq!(p.alloc(), Some(a), "the older copy is evicted first");
+        assert_eq!(p.lookup(k), Some(b), "the newer copy is still found");
+        assert_eq!(p.alloc(), Some(b));
+        assert_eq!(p.lookup(k), None);
+    }
+
+    #[test]
+    fn request_keys_are_found_through_the_old_table_until_evicted() {
+        let mut p = BlockPool::new(2, true);
+        let a = p.alloc().unwrap();
+        let k = block_key(42, 0);
+        assert!(!is_shared_key(k) && is_shared_key(block_key(group_owner(42), 0)));
+        p.register(a, k);
+        p.release(a);
+        assert!(p.holds(a, k));
+        assert_eq!(p.lookup(k), None, "request-owned keys are not in the shared map");
+        p.alloc().unwrap();
+        assert_eq!(p.alloc(), Some(a));
+        assert!(!p.holds(a, k), "evicted on reuse");
+    }
+
+    #[test]
     fn without_caching_nothing_is_found() {
         let mut p = BlockPool::new(2, false);
         let a = p.alloc().unwrap();
-        p.register(a, 5);
-        assert_eq!(p.lookup(5), None);
+        p.register(a, block_key(group_owner(2), 0));
+        assert_eq!(p.lookup(block_key(group_owner(2), 0)), None);
+        assert!(!p.holds(a, block_key(group_owner(2), 0)));
     }
 }

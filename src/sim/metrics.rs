@@ -142,8 +142,10 @@ pub struct Bucket {
     pub output_tokens: u64,
     pub prompt_tokens: u64,
     pub completed: u64,
-    /// Integral of KV blocks in use over time (block-seconds).
-    pub kv_block_s: f64,
+    /// Integral over the bucket of the share of KV blocks in use, averaged over replicas
+    /// (divide by the width for the bucket's mean use).
+    pub kv_used_frac_s: f64,
+    /// Engine-busy seconds in the bucket, averaged over replicas.
     pub busy_s: f64,
 }
 
@@ -187,7 +189,7 @@ impl Series {
                     b.output_tokens += o.output_tokens;
                     b.prompt_tokens += o.prompt_tokens;
                     b.completed += o.completed;
-                    b.kv_block_s += o.kv_block_s;
+                    b.kv_used_frac_s += o.kv_used_frac_s;
                     b.busy_s += o.busy_s;
                 }
                 b

@@ -150,7 +150,7 @@ impl Sim<'_> {
         let interval_s = t_us / pp as f64 * 1e-6;
         self.kv_frac_s += used_frac * interval_s / dp;
         let b = self.rec.series.at(now_us * 1e-6);
-        b.kv_block_s += used_frac * interval_s / dp;
+        b.kv_used_frac_s += used_frac * interval_s / dp;
         b.busy_s += interval_s / dp;
         self.rec.step(&cost, rep.work.len(), tokens);
         obs.on_step(&StepRecord { replica: r, start_us: now_us, cost: &cost, num_seqs: rep.work.len() as u32, num_tokens: tokens as u32 })?;

@@ -2,7 +2,7 @@
 //! step), and what happens when a step ends (tokens out, blocks cached, requests finished).
 
 use super::engine::{EngineParams, Policy};
-use super::kv::{BlockId, BlockPool};
+use super::kv::{is_shared_key, BlockId, BlockPool};
 use super::record::{Recorder, RequestRecord};
 use super::request::Req;
 use crate::perf::SeqWork;
@@ -87,11 +87,13 @@ impl Replica {
         true
     }
 
-    /// Frees a request's blocks, last block first so a sequence's tail is evicted first.
+    /// Frees a request's blocks, last block first so a sequence's tail is evicted first; the
+    /// table is kept in `prev_blocks` to find its own still-cached blocks on readmission.
     fn free_blocks(&mut self, r: &mut Req) {
         for &b in r.blocks.iter().rev() {
             self.pool.release(b);
         }
+        std::mem::swap(&mut r.blocks, &mut r.prev_blocks);
         r.blocks.clear();
         r.registered = 0;
     }
@@ -158,7 +160,13 @@ impl Replica {
             if self.pool.caching() {
                 let max_hit = (num_tokens - 1) / bs;
                 for j in 0..max_hit {
-                    match self.pool.lookup(front.key(j, bs)) {
+                    let key = front.key(j, bs);
+                    let hit = if is_shared_key(key) {
+                        self.pool.lookup(key)
+                    } else {
+                        front.prev_blocks.get(j as usize).copied().filter(|&b| self.pool.holds(b, key))
+                    };
+                    match hit {
                         Some(b) => self.hit_buf.push(b),
                         None => break,
                     }
@@ -235,15 +243,17 @@ impl Replica {
                     }
                 } else {
                     self.schedule_running(u32::MAX, tag, |_| true, rec);
-                    for p in &mut self.padding {
+                    // Padding rides along with the batch's live sequences, never alone (with
+                    // pipelining the live ones may all be in flight).
+                    let padding = if self.work.is_empty() { &mut [][..] } else { &mut self.padding[..] };
+                    for p in padding {
                         self.work.push(SeqWork { new_tokens: 1, cached_tokens: *p });
                         *p += 1;
                     }
                 }
             }
         }
-        if self.work.is_empty() || self.work.iter().all(|w| w.new_tokens == 0) {
-            self.work.clear();
+        if self.work.is_empty() {
             return None;
         }
         self.next_batch = self.next_batch.wrapping_add(1);
@@ -259,7 +269,7 @@ impl Replica {
         let now_s = now_us * 1e-6;
         let mut out_tokens = 0u64;
         let mut prompt_tokens = 0u64;
-        let mut w = 0;
+        let mut any_done = false;
         for i in 0..self.running.len() {
             let done = {
                 let r = &mut self.running[i];
@@ -291,6 +301,7 @@ impl Replica {
                 }
             };
             if done {
+                any_done = true;
                 let mut r = std::mem::take(&mut self.running[i].blocks);
                 let req = &self.running[i];
                 for &b in r.iter().rev() {
@@ -320,12 +331,12 @@ impl Replica {
                     rejected: None,
                     client: req.client,
                 });
-            } else {
-                self.running.swap(w, i);
-                w += 1;
             }
         }
-        self.running.truncate(w);
+        if any_done {
+            // One pass that keeps admission order (preemption priority).
+            self.running.retain(|r| r.generated < r.output);
+        }
         rec.flush_itl();
         let b = rec.series.at(now_s);
         b.output_tokens += out_tokens;
@@ -335,9 +346,5 @@ impl Replica {
     /// Blocks a request needs for its whole life (prompt + all but the last output token).
     pub fn blocks_for(&self, prompt: u32, output: u32) -> u64 {
         (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64)
-    }
-
-    pub fn params(&self) -> &EngineParams {
-        &self.params
     }
 }

@@ -22,6 +22,8 @@ pub struct Req {
     pub generated: u32,
     /// Block table.
     pub blocks: Vec<BlockId>,
+    /// Block table before the last preemption: where its own cached blocks may still be.
+    pub prev_blocks: Vec<BlockId>,
     /// Leading blocks already offered to the prefix cache.
     pub registered: u32,
     /// Tokens scheduled in the batch in flight (0: not in flight).
@@ -49,6 +51,7 @@ impl Req {
             computed: 0,
             generated: 0,
             blocks,
+            prev_blocks: Vec::new(),
             registered: 0,
             sched_new: 0,
             batch: 0,

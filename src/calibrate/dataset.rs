@@ -1,0 +1,236 @@
+//! Measurements for calibration: shared-schema CSVs (plain or gzipped) read file by file so
+//! every error names its file and line, checked against the known GPUs, re-measurements
+//! collapsed to their median.
+
+use crate::hardware::GpuSpec;
+use crate::schema::{read_rows_from, Kernel, KernelRow};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+/// One measured kernel on one GPU with one kernel library.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    pub kernel: Kernel,
+    pub gpu: String,
+    /// Kernel-library category, the model's categorical feature: the `backend` column without
+    /// its framework version, plus the `kernel` column when present
+    /// (`vllm-0.24.0/fp8_block` + `CutlassFp8` -> `vllm/fp8_block/CutlassFp8`).
+    pub backend: String,
+    /// Where the row came from (`aiconfigurator`, `kernelsight-microbench`, ...); several sources
+    /// of one aggregated row are joined with `+`.
+    pub source: String,
+    pub latency_us: f64,
+}
+
+/// Strips the version from `framework-1.2.3[/variant]` and appends the kernel name.
+pub fn backend_category(backend: Option<&str>, kernel_name: Option<&str>) -> String {
+    let b = backend.unwrap_or("unknown");
+    let (head, rest) = match b.find('/') {
+        Some(i) => (&b[..i], &b[i..]),
+        None => (b, ""),
+    };
+    let framework = match head.char_indices().find(|&(i, c)| c == '-' && head[i + 1..].starts_with(|d: char| d.is_ascii_digit())) {
+        Some((i, _)) => &head[..i],
+        None => head,
+    };
+    match kernel_name {
+        Some(k) if !k.is_empty() => format!("{framework}{rest}/{k}"),
+        _ => format!("{framework}{rest}"),
+    }
+}
+
+/// Every `*.csv` and `*.csv.gz` under `dir`, recursively, sorted.
+pub fn data_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    collect(dir, &mut out).with_context(|| format!("listing measurement files under {}", dir.display()))?;
+    out.sort();
+    Ok(out)
+}
+
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            collect(&p, out)?;
+        } else {
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            if name.ends_with(".csv") || name.ends_with(".csv.gz") {
+                out.push(p);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one shared-schema file (gunzipping `.gz`) and turns its rows into measurements.
+/// Errors name the file and line: missing `latency_us`/`gpu`, unknown GPU ids.
+pub fn read_measurements(path: &Path, specs: &[GpuSpec]) -> Result<Vec<Measurement>> {
+    let origin = path.display().to_string();
+    let file = std::fs::File::open(path).with_context(|| format!("opening {origin}"))?;
+    let rows = if origin.ends_with(".gz") {
+        read_rows_from(flate2::read::GzDecoder::new(file), &origin)?
+    } else {
+        read_rows_from(file, &origin)?
+    };
+    rows_to_measurements(rows, &origin, specs)
+}
+
+/// Checks provenance and units of measured rows; `origin` names the file in errors. Rows are
+/// assumed to be in file order, one per line after the header.
+pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec]) -> Result<Vec<Measurement>> {
+    let known: BTreeSet<&str> = specs.iter().map(|s| s.id.as_str()).collect();
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.into_iter().enumerate() {
+        let line = i + 2;
+        let Some(latency_us) = r.latency_us else {
+            let cols: Vec<&str> = r.extra.iter().map(|(n, _)| n.as_str()).collect();
+            bail!(
+                "{origin}: line {line}: no 'latency_us' value; calibration needs measured rows \
+                 (a positive time in microseconds; unrecognized columns here: {})",
+                if cols.is_empty() { "none".to_string() } else { cols.join(", ") }
+            );
+        };
+        let gpu = r.gpu.ok_or_else(|| anyhow!("{origin}: line {line}: empty 'gpu' column; say which GPU measured the row"))?;
+        if !known.contains(gpu.as_str()) {
+            bail!(
+                "{origin}: line {line}: unknown gpu '{gpu}'; known: {} (add a spec under hw_specs/)",
+                known.iter().copied().collect::<Vec<_>>().join(", ")
+            );
+        }
+        let kernel_name = r.extra.iter().find(|(n, _)| n == "kernel").map(|(_, v)| v.as_str());
+        out.push(Measurement {
+            backend: backend_category(r.backend.as_deref(), kernel_name),
+            source: r.source.unwrap_or_else(|| "unknown".to_string()),
+            kernel: r.kernel,
+            gpu,
+            latency_us,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads every measurement file under `dirs` (missing directories are skipped, with a note).
+pub fn load_dirs(dirs: &[PathBuf], specs: &[GpuSpec]) -> Result<(Vec<Measurement>, Vec<String>)> {
+    let mut all = Vec::new();
+    let mut notes = Vec::new();
+    for d in dirs {
+        if !d.is_dir() {
+            notes.push(format!("{}: no such directory, skipped", d.display()));
+            continue;
+        }
+        for f in data_files(d)? {
+            let m = read_measurements(&f, specs)?;
+            notes.push(format!("{}: {} rows", f.display(), m.len()));
+            all.extend(m);
+        }
+    }
+    Ok((aggregate(all), notes))
+}
+
+/// Collapses re-measurements (same GPU, backend category and kernel) to their median latency,
+/// sorted deterministically.
+pub fn aggregate(rows: Vec<Measurement>) -> Vec<Measurement> {
+    let mut groups: HashMap<(String, String, Kernel), (Vec<f64>, BTreeSet<String>)> = HashMap::new();
+    for m in rows {
+        let e = groups.entry((m.gpu, m.backend, m.kernel)).or_default();
+        e.0.push(m.latency_us);
+        e.1.insert(m.source);
+    }
+    let mut out: Vec<Measurement> = groups
+        .into_iter()
+        .map(|((gpu, backend, kernel), (mut lats, sources))| {
+            lats.sort_by(|a, b| a.total_cmp(b));
+            let n = lats.len();
+            let latency_us = if n % 2 == 1 { lats[n / 2] } else { (lats[n / 2 - 1] + lats[n / 2]) / 2.0 };
+            Measurement { kernel, gpu, backend, source: sources.into_iter().collect::<Vec<_>>().join("+"), latency_us }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (&a.gpu, a.kernel.op, &a.backend, a.kernel.shape_string(), a.kernel.dtype)
+            .cmp(&(&b.gpu, b.kernel.op, &b.backend, b.kernel.shape_string(), b.kernel.dtype))
+    });
+    out
+}
+
+/// Deterministic shape-level fold in 0..folds: FNV-1a of op, dtypes and shape. Every backend's
+/// and every GPU's measurement of one shape lands in the same fold, so a held-out shape is
+/// never seen in training under another library.
+pub fn shape_fold(k: &Kernel, folds: u64) -> u64 {
+    let key = format!("{}|{}|{:?}|{}", k.op, k.dtype, k.kv_dtype, k.shape_string());
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in key.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h % folds
+}
+
+/// Row counts per (gpu, op) and per source, for reports.
+pub fn counts(rows: &[Measurement]) -> BTreeMap<(String, String), usize> {
+    let mut c = BTreeMap::new();
+    for m in rows {
+        *c.entry((m.gpu.clone(), m.kernel.op.to_string())).or_insert(0) += 1;
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::builtin_specs;
+    use crate::schema::Dtype;
+
+    #[test]
+    fn backend_category_drops_version_keeps_variant_and_kernel() {
+        assert_eq!(backend_category(Some("vllm-0.24.0/fp8_block"), Some("Cutlass")), "vllm/fp8_block/Cutlass");
+        assert_eq!(backend_category(Some("nccl-2.27.3"), None), "nccl");
+        assert_eq!(backend_category(Some("trtllm-1.3.0rc20"), Some("torch_flow")), "trtllm/torch_flow");
+        assert_eq!(backend_category(Some("flash-attn"), None), "flash-attn");
+        assert_eq!(backend_category(None, None), "unknown");
+    }
+
+    #[test]
+    fn bad_rows_name_file_and_line() {
+        let specs = builtin_specs().unwrap();
+        let csv = "op,dtype,m,n,k,latency_us,gpu\ngemm,bf16,1,2,3,5,h200_sxm\ngemm,bf16,1,2,3,5,h900\n";
+        let rows = read_rows_from(csv.as_bytes(), "a.csv").unwrap();
+        let err = rows_to_measurements(rows, "a.csv", &specs).unwrap_err().to_string();
+        assert!(err.contains("a.csv: line 3") && err.contains("unknown gpu 'h900'"), "{err}");
+        let csv = "op,dtype,m,n,k,latency_ms,gpu\ngemm,bf16,1,2,3,5,h200_sxm\n";
+        let rows = read_rows_from(csv.as_bytes(), "b.csv").unwrap();
+        let err = rows_to_measurements(rows, "b.csv", &specs).unwrap_err().to_string();
+        assert!(err.contains("b.csv: line 2") && err.contains("latency_us") && err.contains("latency_ms"), "{err}");
+        let csv = "op,dtype,m,n,k,latency_us,gpu\ngemm,bf16,1,2,3,0,h200_sxm\n";
+        let err = read_rows_from(csv.as_bytes(), "c.csv").unwrap_err();
+        assert!(format!("{err:#}").contains("c.csv: line 2"), "{err:#}");
+    }
+
+    #[test]
+    fn aggregate_takes_the_median_per_gpu_backend_and_shape() {
+        let k = Kernel::gemm(Dtype::Bf16, 16, 32, 64);
+        let m = |lat: f64, backend: &str| Measurement {
+            kernel: k.clone(),
+            gpu: "h200_sxm".into(),
+            backend: backend.into(),
+            source: "s".into(),
+            latency_us: lat,
+        };
+        let out = aggregate(vec![m(3.0, "a"), m(1.0, "a"), m(10.0, "a"), m(7.0, "b"), m(5.0, "b")]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].latency_us, 3.0);
+        assert_eq!(out[1].latency_us, 6.0);
+    }
+
+    #[test]
+    fn folds_are_per_shape_and_roughly_balanced() {
+        let mut hist = [0usize; 5];
+        for m in [1u64, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192] {
+            for n in [128u64, 256, 1024, 4096, 8192, 16384] {
+                hist[shape_fold(&Kernel::gemm(Dtype::Bf16, m, n, 4096), 5) as usize] += 1;
+            }
+        }
+        // 84 shapes over 5 folds: each fold gets some, none gets most.
+        assert!(hist.iter().all(|&c| c >= 8 && c <= 28), "{hist:?}");
+    }
+}

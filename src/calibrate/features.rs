@@ -1,0 +1,251 @@
+//! Hardware-normalized features of a kernel on a GPU: what carries across GPU generations
+//! (arithmetic intensity over the ridge point, waves of tiles over the SM count, working set over
+//! L2, log sizes) plus the spec-sheet figures themselves. Sizes enter as log2 so that trees split
+//! on ratios, not absolute magnitudes.
+
+use crate::hardware::{GpuSpec, LinkKind};
+use crate::perf::sol::{link_bytes_per_s, sol, Sol};
+use crate::schema::{Kernel, Op};
+
+/// The class of link a collective runs over: the scale-up fabric, PCIe, or the scale-out network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkClass {
+    ScaleUp,
+    Pcie,
+    ScaleOut,
+}
+
+impl LinkClass {
+    pub fn of(gpu: &GpuSpec, num_gpus: u64) -> LinkClass {
+        if num_gpus > gpu.interconnect.gpus_per_node as u64 {
+            LinkClass::ScaleOut
+        } else if gpu.interconnect.scaleup_kind == LinkKind::Pcie {
+            LinkClass::Pcie
+        } else {
+            LinkClass::ScaleUp
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkClass::ScaleUp => "scaleup",
+            LinkClass::Pcie => "pcie",
+            LinkClass::ScaleOut => "scaleout",
+        }
+    }
+}
+
+fn lg(x: f64) -> f64 {
+    x.max(1e-12).log2()
+}
+
+fn lg1(x: u64) -> f64 {
+    (x as f64 + 1.0).log2()
+}
+
+/// Fraction of the last wave that does useful work: `tiles / (ceil(tiles / sms) * sms)`.
+fn wave_fill(tiles: f64, sms: f64) -> f64 {
+    if tiles <= 0.0 {
+        return 1.0;
+    }
+    tiles / ((tiles / sms).ceil() * sms)
+}
+
+fn ceil_div(a: u64, b: u64) -> f64 {
+    a.div_ceil(b.max(1)) as f64
+}
+
+/// Names of the features `extract` returns for `op`, in order.
+pub fn names(op: Op) -> Vec<&'static str> {
+    let mut v = vec![
+        "lg_sol_us",
+        "lg_compute_over_memory",
+        "lg_bytes_over_l2",
+        "lg_dtype_bytes",
+        "lg_peak_tflops",
+        "lg_hbm_tbps",
+        "lg_sm_count",
+    ];
+    v.extend(op_names(op));
+    v
+}
+
+fn op_names(op: Op) -> Vec<&'static str> {
+    match op {
+        Op::Gemm => vec!["lg_m", "lg_n", "lg_k", "lg_waves_128", "fill_128", "lg_waves_64", "fill_64", "lg_m_per_sm"],
+        Op::AttnPrefill | Op::MlaPrefill => vec![
+            "lg_batch", "lg_seq_len", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
+            "lg_kv_dtype_bytes", "lg_waves_128", "fill_128",
+        ],
+        Op::AttnDecode | Op::MlaDecode => vec![
+            "lg_batch", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
+            "lg_kv_dtype_bytes", "lg_ctas_per_sm", "lg_kv_bytes_per_seq",
+        ],
+        Op::Moe => vec![
+            "lg_tokens", "lg_hidden", "lg_inter", "lg_topk", "lg_experts", "lg_tp", "lg_ep",
+            "lg_tokens_per_expert", "lg_experts_per_token_per_gpu", "lg_local_experts", "lg_tokens_per_sm",
+        ],
+        o if o.is_collective() => vec!["lg_bytes", "num_gpus", "link_class", "lg_link_gbps", "lg_bytes_per_link_gbps"],
+        _ => vec!["lg_tokens", "lg_hidden", "lg_batch", "lg_heads", "lg_head_dim", "lg_bytes_field"],
+    }
+}
+
+/// Features of kernel `k` on `gpu`; `s` is its speed-of-light bound on that GPU.
+pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol) -> Vec<f64> {
+    let sms = gpu.compute.sm_count as f64;
+    let peak_tflops = gpu.peak_flops(k.dtype) / 1e12;
+    let mut v = vec![
+        lg(s.sol_us),
+        lg(s.compute_us.max(1e-9) / s.memory_us.max(1e-9)),
+        lg(s.bytes / gpu.l2_bytes()),
+        lg(k.dtype.bytes()),
+        lg(peak_tflops),
+        lg(gpu.memory.hbm_bandwidth_tbps),
+        lg(sms),
+    ];
+    let gqa = |k: &Kernel| k.num_heads as f64 / k.num_kv_heads.max(1) as f64;
+    match k.op {
+        Op::Gemm => {
+            let t128 = ceil_div(k.m, 128) * ceil_div(k.n, 128);
+            let t64 = ceil_div(k.m, 64) * ceil_div(k.n, 128);
+            v.extend([
+                lg1(k.m),
+                lg1(k.n),
+                lg1(k.k),
+                lg(t128 / sms),
+                wave_fill(t128, sms),
+                lg(t64 / sms),
+                wave_fill(t64, sms),
+                lg(k.m as f64 / sms),
+            ]);
+        }
+        Op::AttnPrefill | Op::MlaPrefill => {
+            let ctas = (k.batch * k.num_heads) as f64 * ceil_div(k.seq_len, 128);
+            v.extend([
+                lg1(k.batch),
+                lg1(k.seq_len),
+                lg1(k.kv_len),
+                lg1(k.num_heads),
+                lg(gqa(k)),
+                lg1(k.head_dim),
+                lg1(k.window),
+                lg(k.kv_dtype().bytes()),
+                lg(ctas / sms),
+                wave_fill(ctas, sms),
+            ]);
+        }
+        Op::AttnDecode | Op::MlaDecode => {
+            let ctas = (k.batch * k.num_kv_heads.max(1)) as f64;
+            let kv = if k.window > 0 { k.kv_len.min(k.window) } else { k.kv_len };
+            let kv_bytes = kv as f64 * k.num_kv_heads.max(1) as f64 * k.head_dim as f64 * 2.0 * k.kv_dtype().bytes();
+            v.extend([
+                lg1(k.batch),
+                lg1(k.kv_len),
+                lg1(k.num_heads),
+                lg(gqa(k)),
+                lg1(k.head_dim),
+                lg1(k.window),
+                lg(k.kv_dtype().bytes()),
+                lg(ctas / sms),
+                lg(kv_bytes),
+            ]);
+        }
+        Op::Moe => {
+            let ep = k.ep.max(1) as f64;
+            let assignments = k.num_tokens as f64 * k.topk as f64;
+            v.extend([
+                lg1(k.num_tokens),
+                lg1(k.hidden),
+                lg1(k.inter),
+                lg1(k.topk),
+                lg1(k.num_experts),
+                lg1(k.tp),
+                lg1(k.ep),
+                lg(assignments / k.num_experts.max(1) as f64),
+                lg(k.topk as f64 / ep),
+                lg(k.num_experts as f64 / ep),
+                lg(k.num_tokens as f64 / sms),
+            ]);
+        }
+        o if o.is_collective() => {
+            let link_gbps = link_bytes_per_s(gpu, k.num_gpus) / 1e9;
+            v.extend([
+                lg1(k.bytes),
+                k.num_gpus as f64,
+                LinkClass::of(gpu, k.num_gpus) as u8 as f64,
+                lg(link_gbps),
+                lg(k.bytes as f64 / link_gbps),
+            ]);
+        }
+        _ => {
+            v.extend([
+                lg1(k.num_tokens),
+                lg1(k.hidden),
+                lg1(k.batch),
+                lg1(k.num_heads),
+                lg1(k.head_dim),
+                lg1(k.bytes),
+            ]);
+        }
+    }
+    v
+}
+
+/// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
+pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec) -> (Vec<f64>, Sol) {
+    let s = sol(k, gpu);
+    (extract(k, gpu, &s), s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::load_gpu;
+    use crate::schema::Dtype;
+
+    #[test]
+    fn names_match_values_for_every_op() {
+        let g = load_gpu("h200_sxm").unwrap();
+        for op in Op::ALL {
+            let mut k = Kernel::new(op, Dtype::Bf16);
+            for f in Kernel::required_fields(op) {
+                match *f {
+                    "m" => k.m = 64,
+                    "n" => k.n = 64,
+                    "k" => k.k = 64,
+                    "batch" => k.batch = 2,
+                    "seq_len" => k.seq_len = 128,
+                    "kv_len" => k.kv_len = 128,
+                    "num_heads" => k.num_heads = 8,
+                    "num_kv_heads" => k.num_kv_heads = 8,
+                    "head_dim" => k.head_dim = 128,
+                    "num_tokens" => k.num_tokens = 16,
+                    "hidden" => k.hidden = 1024,
+                    "inter" => k.inter = 512,
+                    "topk" => k.topk = 2,
+                    "num_experts" => k.num_experts = 8,
+                    "bytes" => k.bytes = 1 << 20,
+                    "num_gpus" => k.num_gpus = 8,
+                    _ => {}
+                }
+            }
+            let (x, _) = extract_with_sol(&k, &g);
+            assert_eq!(x.len(), names(op).len(), "{op}");
+            assert!(x.iter().all(|v| v.is_finite()), "{op}: {x:?}");
+        }
+    }
+
+    #[test]
+    fn gemm_ai_over_ridge_and_wave_fill() {
+        let g = load_gpu("h200_sxm").unwrap();
+        // 8192^3 bf16: AI = 2*8192^3 / (3*8192^2*2) = 8192/3 FLOP/B; ridge = 989.4e12 / 4.8e12.
+        let k = Kernel::gemm(Dtype::Bf16, 8192, 8192, 8192);
+        let (x, _) = extract_with_sol(&k, &g);
+        let i = names(Op::Gemm).iter().position(|n| *n == "lg_compute_over_memory").unwrap();
+        let expected = ((8192.0f64 / 3.0) / (989.4e12 / 4.8e12)).log2();
+        assert!((x[i] - expected).abs() < 1e-9, "{} vs {expected}", x[i]);
+        // 64 x 64 output tiles of 128 on 132 SMs: 4096 tiles = 31.03 waves -> fill 4096/(32*132).
+        let j = names(Op::Gemm).iter().position(|n| *n == "fill_128").unwrap();
+        assert!((x[j] - 4096.0 / (32.0 * 132.0)).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,242 @@
+//! The fitted kernel-time model of one op family: a physical base time (a latency term plus SOL
+//! over a constant efficiency; per link class for collectives) times a learned correction
+//! `exp(gbdt(features))`. Predictions are never below SOL, so efficiency = SOL / predicted is
+//! always in (0, 1].
+
+use super::dataset::Measurement;
+use super::features::{self, LinkClass};
+use super::gbdt::{Gbdt, GbdtParams};
+use crate::hardware::GpuSpec;
+use crate::perf::sol::Sol;
+use crate::schema::{Kernel, Op};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// `base_us = latency_us + sol_us * inv_efficiency`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Base {
+    pub latency_us: f64,
+    pub inv_efficiency: f64,
+}
+
+impl Base {
+    pub fn time_us(&self, sol_us: f64) -> f64 {
+        self.latency_us + sol_us * self.inv_efficiency
+    }
+
+    /// Least squares in relative error: minimizes sum(((l + c*sol) / t - 1)^2) with l >= 0,
+    /// c >= 1 (no kernel beats SOL on average).
+    pub fn fit(points: &[(f64, f64)]) -> Base {
+        let (mut saa, mut sab, mut sbb, mut sa, mut sb) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(sol_us, t) in points {
+            let (a, b) = (1.0 / t, sol_us / t);
+            saa += a * a;
+            sab += a * b;
+            sbb += b * b;
+            sa += a;
+            sb += b;
+        }
+        let det = saa * sbb - sab * sab;
+        let (mut l, mut c) = if det.abs() > 1e-12 * saa * sbb {
+            ((sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det)
+        } else {
+            (0.0, if sbb > 0.0 { sb / sbb } else { 1.0 })
+        };
+        if c < 1.0 {
+            c = 1.0;
+            l = if saa > 0.0 { ((sa - c * sab) / saa).max(0.0) } else { 0.0 };
+        }
+        if l < 0.0 {
+            l = 0.0;
+            c = if sbb > 0.0 { (sb / sbb).max(1.0) } else { 1.0 };
+        }
+        Base { latency_us: l, inv_efficiency: c }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpModel {
+    pub op: Op,
+    /// Bases by link class (`scaleup`, `pcie`, `scaleout`) for collectives; `all` always.
+    pub bases: BTreeMap<String, Base>,
+    /// One-hot vocabulary of backend categories.
+    pub backends: Vec<String>,
+    /// Backend assumed when the caller names none: the most measured one.
+    pub default_backend: String,
+    pub features: Vec<String>,
+    pub gbdt: Gbdt,
+    pub train_rows: usize,
+    pub train_gpus: Vec<String>,
+}
+
+/// Most backend categories kept as one-hot features; rarer ones share the all-zero code.
+const MAX_BACKENDS: usize = 24;
+
+/// Fitting knobs for one op family.
+#[derive(Debug, Clone, Copy)]
+pub struct FitParams {
+    pub gbdt: GbdtParams,
+    /// Training rows are subsampled (deterministically) to at most this many.
+    pub max_rows: usize,
+}
+
+impl Default for FitParams {
+    fn default() -> Self {
+        FitParams { gbdt: GbdtParams::default(), max_rows: 60_000 }
+    }
+}
+
+fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel) -> &'static str {
+    if op.is_collective() {
+        LinkClass::of(gpu, k.num_gpus).as_str()
+    } else {
+        "all"
+    }
+}
+
+impl OpModel {
+    /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec.
+    pub fn fit<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
+        let mut rows: Vec<&Measurement> = rows.to_vec();
+        if rows.len() > params.max_rows {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.gbdt.seed);
+            rows.shuffle(&mut rng);
+            rows.truncate(params.max_rows);
+        }
+        let prepared: Vec<(Vec<f64>, Sol, &Measurement, &'static str)> = rows
+            .iter()
+            .map(|m| {
+                let g = spec(&m.gpu);
+                let (x, s) = features::extract_with_sol(&m.kernel, g);
+                (x, s, *m, base_key(op, g, &m.kernel))
+            })
+            .collect();
+        let mut by_key: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for (_, s, m, key) in &prepared {
+            by_key.entry(key).or_default().push((s.sol_us, m.latency_us));
+            if *key != "all" {
+                by_key.entry("all").or_default().push((s.sol_us, m.latency_us));
+            }
+        }
+        let bases: BTreeMap<String, Base> = by_key.into_iter().map(|(k, pts)| (k.to_string(), Base::fit(&pts))).collect();
+
+        let mut backend_counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for m in &rows {
+            *backend_counts.entry(m.backend.as_str()).or_insert(0) += 1;
+        }
+        let mut ranked: Vec<(&str, usize)> = backend_counts.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let default_backend = ranked.first().map(|b| b.0.to_string()).unwrap_or_default();
+        let backends: Vec<String> = ranked.iter().take(MAX_BACKENDS).map(|b| b.0.to_string()).collect();
+
+        let mut x = Vec::with_capacity(prepared.len());
+        let mut y = Vec::with_capacity(prepared.len());
+        for (feat, s, m, key) in &prepared {
+            let base = bases[*key].time_us(s.sol_us);
+            x.push(with_backend(feat.clone(), &backends, &m.backend));
+            // Measurements faster than SOL (L2-resident data) train as "at SOL".
+            y.push((m.latency_us.max(s.sol_us) / base).ln());
+        }
+        let gbdt = Gbdt::fit(&x, &y, &params.gbdt);
+        let mut names: Vec<String> = features::names(op).iter().map(|s| s.to_string()).collect();
+        names.extend(backends.iter().map(|b| format!("backend={b}")));
+        let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
+        OpModel {
+            op,
+            bases,
+            backends,
+            default_backend,
+            features: names,
+            gbdt,
+            train_rows: rows.len(),
+            train_gpus: train_gpus.into_iter().collect(),
+        }
+    }
+
+    /// Predicted time of `k` on `gpu` with `backend` (None = the default one), never below SOL.
+    pub fn predict_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+        let (feat, s) = features::extract_with_sol(k, gpu);
+        self.predict_prepared(feat, &s, k, gpu, backend)
+    }
+
+    fn predict_prepared(&self, feat: Vec<f64>, s: &Sol, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+        let base = self
+            .bases
+            .get(base_key(self.op, gpu, k))
+            .or_else(|| self.bases.get("all"))
+            .map(|b| b.time_us(s.sol_us))
+            .unwrap_or(s.sol_us);
+        let x = with_backend(feat, &self.backends, backend.unwrap_or(&self.default_backend));
+        (base * self.gbdt.predict(&x).exp()).max(s.sol_us)
+    }
+}
+
+fn with_backend(mut feat: Vec<f64>, vocab: &[String], backend: &str) -> Vec<f64> {
+    feat.extend(vocab.iter().map(|b| if b == backend { 1.0 } else { 0.0 }));
+    feat
+}
+
+/// Fitted models of every op family with data, for one tier and GPU set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelSet {
+    /// `target` or `cross-gen`.
+    pub tier: String,
+    /// GPU ids whose measurements trained it.
+    pub trained_on: Vec<String>,
+    /// Cross-gen: the GPU left out (None for the all-GPU model).
+    pub held_out: Option<String>,
+    pub ops: BTreeMap<Op, OpModel>,
+}
+
+/// Op families with at least `min_rows` rows, grouped.
+pub fn group_by_op<'a>(rows: &[&'a Measurement], min_rows: usize) -> BTreeMap<Op, Vec<&'a Measurement>> {
+    let mut g: BTreeMap<Op, Vec<&Measurement>> = BTreeMap::new();
+    for m in rows {
+        g.entry(m.kernel.op).or_default().push(m);
+    }
+    g.retain(|_, v| v.len() >= min_rows);
+    g
+}
+
+/// Fits every op family with enough rows (in parallel across families).
+pub fn fit_set<'a>(
+    tier: &str,
+    rows: &[&Measurement],
+    held_out: Option<&str>,
+    spec: &(dyn Fn(&str) -> &'a GpuSpec + Sync),
+    params: &FitParams,
+    min_rows: usize,
+) -> ModelSet {
+    use rayon::prelude::*;
+    let groups = group_by_op(rows, min_rows);
+    let ops: BTreeMap<Op, OpModel> = groups
+        .into_par_iter()
+        .map(|(op, rows)| (op, OpModel::fit(op, &rows, spec, params)))
+        .collect();
+    let trained_on: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
+    ModelSet { tier: tier.to_string(), trained_on: trained_on.into_iter().collect(), held_out: held_out.map(str::to_string), ops }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_fit_recovers_latency_and_efficiency() {
+        // t = 5 us + sol / 0.8, exactly.
+        let pts: Vec<(f64, f64)> = [1.0, 3.0, 10.0, 30.0, 100.0, 1000.0].iter().map(|&s| (s, 5.0 + s / 0.8)).collect();
+        let b = Base::fit(&pts);
+        assert!((b.latency_us - 5.0).abs() < 1e-6, "{b:?}");
+        assert!((b.inv_efficiency - 1.25).abs() < 1e-9, "{b:?}");
+    }
+
+    #[test]
+    fn base_fit_never_beats_sol() {
+        // Data faster than SOL (impossible in HBM terms, e.g. L2 hits) still gives c >= 1.
+        let pts = vec![(10.0, 5.0), (20.0, 10.0)];
+        let b = Base::fit(&pts);
+        assert!(b.inv_efficiency >= 1.0 && b.latency_us >= 0.0, "{b:?}");
+    }
+}

@@ -1,0 +1,156 @@
+//! Validation output: terminal/markdown tables, the `--json` object, the per-row CSV, and the
+//! worst shapes with a likely cause.
+
+use super::validate::{summarize, ApeStats, PerGpu, Pooled, ValRow, TIERS};
+use crate::schema::{write_rows, KernelRow};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// `{tier: {op: {median_ape, p90_ape, max_ape, count}}}`.
+pub fn json(pooled: &Pooled) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for tier in TIERS {
+        let mut ops = serde_json::Map::new();
+        for ((t, op), s) in pooled {
+            if *t == tier.as_str() {
+                ops.insert(op.clone(), serde_json::to_value(s).unwrap_or_default());
+            }
+        }
+        out.insert(tier.as_str().to_string(), serde_json::Value::Object(ops));
+    }
+    serde_json::Value::Object(out)
+}
+
+fn ops_in(pooled: &Pooled) -> Vec<String> {
+    let mut ops: Vec<String> = pooled.keys().map(|(_, op)| op.clone()).collect();
+    ops.sort();
+    ops.dedup();
+    ops
+}
+
+fn cell(s: Option<&ApeStats>) -> String {
+    match s {
+        Some(s) => format!("{:.1} / {:.1} / {:.0} ({})", s.median_ape, s.p90_ape, s.max_ape, s.count),
+        None => "-".to_string(),
+    }
+}
+
+/// Markdown table: one row per op, one column per tier: median / p90 / max APE % (count).
+pub fn table(pooled: &Pooled) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| op | target: median / p90 / max APE % (n) | cross-gen | roofline |");
+    let _ = writeln!(s, "|---|---|---|---|");
+    for op in ops_in(pooled) {
+        let get = |t: &str| pooled.get(&(tier_key(t), op.clone()));
+        let _ = writeln!(s, "| {op} | {} | {} | {} |", cell(get("target")), cell(get("cross-gen")), cell(get("roofline")));
+    }
+    s
+}
+
+fn tier_key(t: &str) -> &'static str {
+    TIERS.iter().find(|x| x.as_str() == t).map(|x| x.as_str()).unwrap_or("roofline")
+}
+
+/// Markdown table per (op, gpu): median APE % of each tier.
+pub fn per_gpu_table(per_gpu: &PerGpu) -> String {
+    let mut keys: Vec<(String, String)> = per_gpu.keys().map(|(_, op, g)| (op.clone(), g.clone())).collect();
+    keys.sort();
+    keys.dedup();
+    let mut s = String::new();
+    let _ = writeln!(s, "| op | gpu | n | target median | cross-gen median | roofline median |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (op, g) in keys {
+        let get = |t: &'static str| per_gpu.get(&(t, op.clone(), g.clone()));
+        let med = |t| get(t).map(|s: &ApeStats| format!("{:.1}", s.median_ape)).unwrap_or_else(|| "-".into());
+        let n = get("roofline").map(|s| s.count).unwrap_or(0);
+        let _ = writeln!(s, "| {op} | {g} | {n} | {} | {} | {} |", med("target"), med("cross-gen"), med("roofline"));
+    }
+    s
+}
+
+/// A likely cause of a large error, from what the row itself shows (a heuristic, labelled so).
+fn likely_cause(r: &ValRow) -> &'static str {
+    if r.measured_us < r.sol_us {
+        "measured faster than HBM SOL: data L2-resident (reused weights) or bytes overcounted"
+    } else if r.measured_us < 8.0 {
+        "latency-bound (< 8 us): launch and synchronisation dominate, SOL says little"
+    } else if r.predicted_us > 3.0 * r.measured_us || r.measured_us > 3.0 * r.predicted_us {
+        match r.tier {
+            crate::perf::Tier::Roofline => "one constant efficiency cannot span this shape's regime",
+            crate::perf::Tier::CrossGen => "efficiency on this GPU differs from every training GPU in this regime",
+            crate::perf::Tier::Target => "isolated shape: few training neighbours for this backend",
+        }
+    } else {
+        "shape or backend sparsely covered by training rows"
+    }
+}
+
+/// The `n` worst rows per (tier, op), as a markdown list.
+pub fn worst(rows: &[ValRow], n: usize) -> String {
+    let mut groups: BTreeMap<(&str, String), Vec<&ValRow>> = BTreeMap::new();
+    for r in rows {
+        groups.entry((r.tier.as_str(), r.kernel.op.to_string())).or_default().push(r);
+    }
+    let mut s = String::new();
+    for tier in TIERS {
+        for ((t, op), mut v) in groups.clone() {
+            if t != tier.as_str() {
+                continue;
+            }
+            v.sort_by(|a, b| b.ape().total_cmp(&a.ape()));
+            let _ = writeln!(s, "- **{t} / {op}**");
+            for r in v.iter().take(n) {
+                let _ = writeln!(
+                    s,
+                    "  - {:.0}% on {} `{} {}` ({}): measured {:.1} us, predicted {:.1} us, SOL {:.1} us. Likely: {}",
+                    r.ape(),
+                    r.gpu,
+                    r.kernel.dtype,
+                    r.kernel.shape_string(),
+                    r.backend,
+                    r.measured_us,
+                    r.predicted_us,
+                    r.sol_us,
+                    likely_cause(r)
+                );
+            }
+        }
+    }
+    s
+}
+
+/// Rows as a shared-schema CSV with `tier, predicted_us, sol_us, ape_pct` appended.
+pub fn write_csv<W: std::io::Write>(w: W, rows: &[ValRow]) -> Result<()> {
+    let krows: Vec<KernelRow> = rows
+        .iter()
+        .map(|r| KernelRow {
+            kernel: r.kernel.clone(),
+            latency_us: Some(r.measured_us),
+            gpu: Some(r.gpu.clone()),
+            source: Some(r.source.clone()),
+            backend: Some(r.backend.clone()),
+            extra: vec![],
+        })
+        .collect();
+    write_rows(w, &krows, &["tier", "predicted_us", "sol_us", "ape_pct"], |i| {
+        let r = &rows[i];
+        vec![r.tier.as_str().to_string(), format!("{:.4}", r.predicted_us), format!("{:.4}", r.sol_us), format!("{:.3}", r.ape())]
+    })
+}
+
+/// The whole markdown report (docs/calibration.md).
+pub fn markdown(rows: &[ValRow], command: &str, data_notes: &str) -> String {
+    let (pooled, per_gpu) = summarize(rows);
+    let mut s = String::new();
+    let _ = writeln!(s, "# Kernel-time calibration: validation on held-out rows\n");
+    let _ = writeln!(s, "Generated by:\n\n```\n{command}\n```\n");
+    let _ = writeln!(s, "{data_notes}\n");
+    let _ = writeln!(s, "## All tiers on the same held-out rows (pooled over evaluated GPUs)\n");
+    let _ = writeln!(s, "{}", table(&pooled));
+    let _ = writeln!(s, "## Median APE % per GPU\n");
+    let _ = writeln!(s, "{}", per_gpu_table(&per_gpu));
+    let _ = writeln!(s, "## Worst shapes\n");
+    let _ = writeln!(s, "{}", worst(rows, 3));
+    s
+}

@@ -1,0 +1,130 @@
+//! Per-kernel validation on rows never used for fitting, all tiers on the same rows:
+//! for each evaluated GPU, its held-out shapes (fold 0 of a shape-level hash split) are
+//! predicted by a `target` model fitted on its other shapes, a `cross-gen` model fitted on the
+//! other GPUs only, and the roofline baseline fitted on the other GPUs only.
+
+use super::dataset::{shape_fold, Measurement};
+use super::model::{fit_set, FitParams};
+use super::{fit_roofline, Data, MIN_CROSS_GEN_ROWS, MIN_TARGET_ROWS};
+use crate::perf::roofline::RooflineModel;
+use crate::perf::sol::sol;
+use crate::perf::{KernelTimeModel, Tier};
+use crate::schema::Kernel;
+use anyhow::{bail, Result};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+/// Number of shape folds; fold 0 is held out.
+pub const FOLDS: u64 = 5;
+
+/// One held-out measurement and one tier's prediction of it.
+#[derive(Debug, Clone)]
+pub struct ValRow {
+    pub tier: Tier,
+    pub gpu: String,
+    pub kernel: Kernel,
+    pub backend: String,
+    pub source: String,
+    pub measured_us: f64,
+    pub predicted_us: f64,
+    pub sol_us: f64,
+}
+
+impl ValRow {
+    pub fn ape(&self) -> f64 {
+        (self.predicted_us - self.measured_us).abs() / self.measured_us * 100.0
+    }
+}
+
+pub fn is_held_out(m: &Measurement) -> bool {
+    shape_fold(&m.kernel, FOLDS) == 0
+}
+
+/// Predictions of every tier for the held-out rows of each GPU in `eval_gpus`.
+pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -> Result<Vec<ValRow>> {
+    let measured = data.gpus();
+    for g in eval_gpus {
+        if !measured.contains(g) {
+            bail!("no measurements for gpu '{g}'; measured GPUs: {}", measured.join(", "));
+        }
+    }
+    let spec = |g: &str| data.spec(g);
+    let mut out = Vec::new();
+    for g in eval_gpus {
+        let test: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && is_held_out(m)).collect();
+        let train_own: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && !is_held_out(m)).collect();
+        let others: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu != g).collect();
+        let target = fit_set("target", &train_own, None, &spec, params, MIN_TARGET_ROWS);
+        let cross = fit_set("cross-gen", &others, Some(g), &spec, params, MIN_CROSS_GEN_ROWS);
+        let roof = RooflineModel { gpu: data.spec(g).clone(), params: fit_roofline(&others, &|x| data.spec(x).clone()).params };
+        let gpu = data.spec(g);
+        let rows: Vec<ValRow> = test
+            .par_iter()
+            .flat_map_iter(|m| {
+                let s = sol(&m.kernel, gpu).sol_us;
+                let row = |tier: Tier, predicted_us: f64| ValRow {
+                    tier,
+                    gpu: g.clone(),
+                    kernel: m.kernel.clone(),
+                    backend: m.backend.clone(),
+                    source: m.source.clone(),
+                    measured_us: m.latency_us,
+                    predicted_us,
+                    sol_us: s,
+                };
+                let mut v = vec![row(Tier::Roofline, roof.predict_us(&m.kernel))];
+                for (tier, set) in [(Tier::Target, &target), (Tier::CrossGen, &cross)] {
+                    if let Some(p) = set.ops.get(&m.kernel.op).map(|om| om.predict_us(&m.kernel, gpu, Some(&m.backend))) {
+                        v.push(row(tier, p));
+                    }
+                }
+                v
+            })
+            .collect();
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// Error statistics of one group of validation rows.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ApeStats {
+    pub count: usize,
+    pub median_ape: f64,
+    pub p90_ape: f64,
+    pub max_ape: f64,
+}
+
+pub fn stats(apes: &mut [f64]) -> ApeStats {
+    apes.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| {
+        if apes.is_empty() {
+            return f64::NAN;
+        }
+        // Nearest-rank percentile.
+        let i = ((p * apes.len() as f64).ceil() as usize).clamp(1, apes.len()) - 1;
+        apes[i]
+    };
+    ApeStats { count: apes.len(), median_ape: q(0.5), p90_ape: q(0.9), max_ape: apes.last().copied().unwrap_or(f64::NAN) }
+}
+
+/// Tiers in report order.
+pub const TIERS: [Tier; 3] = [Tier::Target, Tier::CrossGen, Tier::Roofline];
+
+/// Stats keyed by (tier, op) pooled over GPUs, and by (tier, op, gpu); tier keys are
+/// `Tier::as_str`.
+pub type Pooled = BTreeMap<(&'static str, String), ApeStats>;
+pub type PerGpu = BTreeMap<(&'static str, String, String), ApeStats>;
+
+pub fn summarize(rows: &[ValRow]) -> (Pooled, PerGpu) {
+    let mut pooled: BTreeMap<(&'static str, String), Vec<f64>> = BTreeMap::new();
+    let mut per_gpu: BTreeMap<(&'static str, String, String), Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        pooled.entry((r.tier.as_str(), r.kernel.op.to_string())).or_default().push(r.ape());
+        per_gpu.entry((r.tier.as_str(), r.kernel.op.to_string(), r.gpu.clone())).or_default().push(r.ape());
+    }
+    (
+        pooled.into_iter().map(|(k, mut v)| (k, stats(&mut v))).collect(),
+        per_gpu.into_iter().map(|(k, mut v)| (k, stats(&mut v))).collect(),
+    )
+}

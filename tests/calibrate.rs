@@ -1,0 +1,131 @@
+//! Calibration end to end on synthetic measurements whose true kernel times are known:
+//! t = 4 us + SOL / 0.7 on every GPU (a latency term plus a constant efficiency), so a correct
+//! fit predicts held-out shapes and unseen GPUs almost exactly.
+
+use kernelsight::calibrate::dataset::Measurement;
+use kernelsight::calibrate::model::FitParams;
+use kernelsight::calibrate::store::Store;
+use kernelsight::calibrate::{self, validate, Data};
+use kernelsight::hardware::{builtin_specs, load_gpu};
+use kernelsight::perf::efficiency::KernelModel;
+use kernelsight::perf::sol::sol;
+use kernelsight::perf::Tier;
+use kernelsight::schema::{Dtype, Kernel, Op};
+
+fn truth_us(k: &Kernel, gpu: &str) -> f64 {
+    4.0 + sol(k, &load_gpu(gpu).unwrap()).sol_us / 0.7
+}
+
+fn synthetic(gpus: &[&str]) -> Data {
+    let mut rows = Vec::new();
+    for g in gpus {
+        for m in [1u64, 4, 16, 64, 256, 1024, 4096, 16384] {
+            for n in [512u64, 1024, 2048, 4096, 8192] {
+                for k in [1024u64, 4096, 8192] {
+                    let kern = Kernel::gemm(Dtype::Bf16, m, n, k);
+                    rows.push(Measurement {
+                        latency_us: truth_us(&kern, g),
+                        kernel: kern,
+                        gpu: g.to_string(),
+                        backend: "lib".into(),
+                        source: "synthetic".into(),
+                    });
+                }
+            }
+        }
+    }
+    Data::from_rows(rows, builtin_specs().unwrap())
+}
+
+fn small_params() -> FitParams {
+    let mut p = FitParams::default();
+    p.gbdt.trees = 60;
+    p
+}
+
+#[test]
+fn held_out_shapes_and_gpus_are_predicted_from_the_physics() {
+    let data = synthetic(&["a100_sxm", "h100_sxm", "h200_sxm"]);
+    let rows = validate::validate_kernels(&data, &["h200_sxm".to_string()], &small_params()).unwrap();
+    let (pooled, _) = validate::summarize(&rows);
+    let target = &pooled[&("target", "gemm".to_string())];
+    let cross = &pooled[&("cross-gen", "gemm".to_string())];
+    assert!(target.count > 10, "held-out fold has rows: {}", target.count);
+    assert!(target.median_ape < 2.0, "target median APE {}", target.median_ape);
+    assert!(cross.median_ape < 2.0, "cross-gen median APE {}", cross.median_ape);
+    // Every held-out row is predicted by all three tiers, and never below SOL.
+    assert_eq!(rows.len(), 3 * target.count);
+    assert!(rows.iter().all(|r| r.predicted_us >= r.sol_us * (1.0 - 1e-9)));
+    // No held-out shape was in training: the fold is per shape.
+    assert!(rows.iter().all(validate_is_fold0));
+}
+
+fn validate_is_fold0(r: &validate::ValRow) -> bool {
+    kernelsight::calibrate::dataset::shape_fold(&r.kernel, validate::FOLDS) == 0
+}
+
+#[test]
+fn calibrate_writes_files_the_runtime_loads_with_fallbacks() {
+    let data = synthetic(&["h100_sxm", "h200_sxm"]);
+    let cal = calibrate::calibrate(&data, None, &small_params()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    calibrate::write_calibration(&cal, &data, dir.path(), "test").unwrap();
+    let store = Store::Dir(dir.path().to_path_buf());
+
+    let h200 = load_gpu("h200_sxm").unwrap();
+    let m = KernelModel::load_from(&store, &h200, Tier::Target).unwrap();
+    assert_eq!(m.tier_used(), Tier::Target);
+    assert!(m.warnings().is_empty(), "{:?}", m.warnings());
+    let k = Kernel::gemm(Dtype::Bf16, 512, 4096, 4096);
+    let p = m.predict_us(&k);
+    let t = truth_us(&k, "h200_sxm");
+    assert!((p - t).abs() / t < 0.03, "predicted {p} vs true {t}");
+
+    // A GPU with no measurements: target falls back to cross-gen and says so.
+    let b200 = load_gpu("b200_sxm").unwrap();
+    let m = KernelModel::load_from(&store, &b200, Tier::Target).unwrap();
+    assert_eq!(m.tier_used(), Tier::CrossGen);
+    assert!(m.warnings().iter().any(|w| w.contains("b200_sxm") && w.contains("cross-gen")), "{:?}", m.warnings());
+    let p = m.predict_us(&k);
+    assert!(p >= sol(&k, &b200).sol_us);
+
+    // Ops with no data anywhere use the fitted roofline constants, still >= SOL.
+    let mut norm = Kernel::new(Op::Rmsnorm, Dtype::Bf16);
+    norm.num_tokens = 4096;
+    norm.hidden = 8192;
+    assert_eq!(m.tier_for(Op::Rmsnorm), Tier::Roofline);
+    assert!(m.predict_us(&norm) >= sol(&norm, &b200).sol_us);
+
+    // The cross-gen model of a measured GPU is the one that never saw it.
+    let m = KernelModel::load_from(&store, &h200, Tier::CrossGen).unwrap();
+    assert_eq!(m.tier_used(), Tier::CrossGen);
+    let text = std::fs::read_to_string(dir.path().join("cross-gen/no_h200_sxm.json")).unwrap();
+    let set: kernelsight::calibrate::model::ModelSet = serde_json::from_str(&text).unwrap();
+    assert_eq!(set.trained_on, vec!["h100_sxm".to_string()]);
+}
+
+#[test]
+fn every_spec_gpu_gets_a_cross_gen_prediction_from_the_embedded_calibration() {
+    for g in builtin_specs().unwrap() {
+        let m = KernelModel::load(&g, Tier::CrossGen).unwrap();
+        let k = Kernel::gemm(Dtype::Bf16, 128, 4096, 4096);
+        let p = m.predict_us(&k);
+        assert!(p.is_finite() && p >= sol(&k, &g).sol_us, "{}: {p}", g.id);
+    }
+}
+
+#[test]
+fn bad_files_are_named_with_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("x.csv"),
+        "op,dtype,m,n,k,latency_us,gpu\ngemm,bf16,8,8,8,3.5,h200_sxm\ngemm,bf16,8,8,8,3.5,tpu_v9\n",
+    )
+    .unwrap();
+    let err = Data::load(&[dir.path().to_path_buf()]).err().expect("unknown gpu must fail");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("x.csv: line 3") && msg.contains("tpu_v9"), "{msg}");
+    std::fs::write(dir.path().join("x.csv"), "op,dtype,m,n,k,latency_us,gpu\ngemm,bf16,8,8,8,-1,h200_sxm\n").unwrap();
+    let msg = format!("{:#}", Data::load(&[dir.path().to_path_buf()]).err().unwrap());
+    assert!(msg.contains("x.csv: line 2") && msg.contains("latency_us"), "{msg}");
+}
