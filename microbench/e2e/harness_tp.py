@@ -117,7 +117,7 @@ def build_tp_model(rk, cfg):
     torch.manual_seed(0)  # the same full weights on every rank, so the shards belong to one model
     with torch.device(rk.device_map):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    # Shard(0) shards stay views of the full tensors: memory holds the full weights, the GEMMs see the shard.
+    # Each full tensor lives until its shard replaces it: the peak memory holds the full weights once.
     model = type(model).maybe_distribute_model(model, rk.dc, rk.mesh)
     model.eval()
     h.sync()
@@ -188,7 +188,7 @@ def run_model(plan, entry, out, deadline):
         model = build_tp_model(rk, cfg)
         mrec["build_s"] = h.r6(time.perf_counter() - t)
         mrec["params"] = sum(p.numel() for p in model.parameters())  # DTensor numel: the full model's count
-        mrec["weights_gib"] = h.r6(h.mem_gib())  # allocated on rank 0: the full weights (see build_tp_model)
+        mrec["weights_gib"] = h.r6(h.mem_gib())  # allocated on rank 0 after sharding
         mrec["weights_local_gib"] = h.r6(local_param_bytes(model) / 2**30)  # what rank 0's GEMMs read
         mrec["attn_implementation"] = model.config._attn_implementation
         mrec["experts_implementation"] = getattr(model.config, "_experts_implementation", None)
