@@ -150,3 +150,24 @@ proptest! {
         prop_assert_eq!(a.rec.steps, b.rec.steps);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Under light load (requests 10 s apart) every engine serves a request alone, so its TTFT
+    /// is exactly one prefill step: 100 us + 2 us per prompt token in the affine model.
+    #[test]
+    fn light_load_ttft_is_one_prefill_step(
+        lens in prop::collection::vec((1u32..2000, 1u32..50), 1..20),
+        policy in prop_oneof![Just(Policy::Continuous), Just(Policy::PrefillFirst), Just(Policy::Static)],
+    ) {
+        let reqs: Vec<_> = lens.iter().enumerate().map(|(i, &(p, o))| req(i as u64, i as f64 * 10.0, p, o)).collect();
+        let (o, obs, _) = run(&config(engine(policy), 10_000), reqs, None);
+        prop_assert_eq!(o.rec.completed as usize, lens.len());
+        for r in &obs.records {
+            let want_ms = (100.0 + 2.0 * r.prompt_tokens as f64) / 1e3;
+            prop_assert!((r.ttft_ms - want_ms).abs() < 1e-9, "TTFT {} vs {}", r.ttft_ms, want_ms);
+            prop_assert_eq!(r.queue_ms, 0.0);
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::hardware::load_gpu;
-use crate::headroom::{budget, evaluate_definition, evaluate_kernel, serve, trace, validate, Answer};
+use crate::headroom::{budget, evaluate_definition, evaluate_kernel, serve, trace, validate, Answer, Target};
 use crate::schema::{read_rows, write_rows};
 
 #[derive(Debug, Args)]
@@ -86,9 +86,10 @@ pub fn run(args: SolArgs) -> Result<()> {
         return serve::serve(stdin.lock(), std::io::stdout().lock(), args.gpu);
     }
     let gpu_id = args.gpu.as_deref().ok_or_else(|| anyhow!("--gpu is required (e.g. --gpu h200_sxm)"))?;
-    let gpu = load_gpu(gpu_id)?;
+    let target = Target::load(gpu_id)?;
+    let gpu = &target.gpu;
     if let Some(input) = &args.input {
-        return run_csv(input, args.output.as_deref(), &gpu);
+        return run_csv(input, args.output.as_deref(), &target);
     }
     let Some(def_path) = &args.definition else {
         bail!("give --definition D.json [--workload W.jsonl], --input shapes.csv, --serve, or a subcommand (budget, validate)");
@@ -104,7 +105,7 @@ pub fn run(args: SolArgs) -> Result<()> {
     };
     let mut out = std::io::stdout().lock();
     for (origin, w) in &workloads {
-        let a = evaluate_definition(&def, w, &gpu, args.measured_us, origin)?;
+        let a = evaluate_definition(&def, w, gpu, args.measured_us, origin)?;
         if args.json {
             writeln!(out, "{}", serde_json::to_string(&a)?)?;
         } else {
@@ -171,11 +172,11 @@ fn write_text(out: &mut impl Write, a: &Answer) -> Result<()> {
     Ok(())
 }
 
-fn run_csv(input: &std::path::Path, output: Option<&std::path::Path>, gpu: &crate::hardware::GpuSpec) -> Result<()> {
+fn run_csv(input: &std::path::Path, output: Option<&std::path::Path>, target: &Target) -> Result<()> {
     let rows = read_rows(input)?;
     let mut cols = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
-        let a = evaluate_kernel(&r.kernel, gpu, None).with_context(|| format!("{}: line {}", input.display(), i + 2))?;
+        let a = evaluate_kernel(&r.kernel, target, None).with_context(|| format!("{}: line {}", input.display(), i + 2))?;
         cols.push(vec![format!("{:.4}", a.bounds.sol_us), format!("{:.4}", a.bounds.practical_us)]);
     }
     let extra = ["sol_us", "practical_us"];

@@ -2,5 +2,6 @@
 //! the predicted TTFT, TPOT, ITL and throughput are from the measurements.
 
 pub mod cli;
+pub mod silicon;
 pub mod stats;
 pub mod traces;

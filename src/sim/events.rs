@@ -80,10 +80,6 @@ impl EventQueue {
         self.now_us = e.time_us;
         Some((e.time_us, e.event))
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
 }
 
 #[cfg(test)]

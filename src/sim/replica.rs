@@ -347,8 +347,4 @@ impl Replica {
     pub fn blocks_for(&self, prompt: u32, output: u32) -> u64 {
         (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64)
     }
-
-    pub fn params(&self) -> &EngineParams {
-        &self.params
-    }
 }
