@@ -223,7 +223,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let capacity = match focus {
         Some(e) => {
             let opts = CapacityOptions { start_rate_per_s: rate_per_s, ..CapacityOptions::default() };
-            Some(max_sustainable_rate(&eval, &e.candidate, &workload, &slo, &opts)?)
+            let spinner = if a.run.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+            spinner.set_message(format!("searching the highest rate {} sustains", e.label));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+            let c = max_sustainable_rate(&eval, &e.candidate, &workload, &slo, &opts)?;
+            spinner.finish_and_clear();
+            Some(c)
         }
         None => None,
     };
