@@ -249,3 +249,54 @@ fn bad_workloads_name_the_field() {
     let e = evaluate_definition(&paged, &w, &gpu, None, "w").unwrap_err().to_string();
     assert!(e.contains("len_indptr == batch_size + 1"), "{e}");
 }
+
+#[test]
+fn every_op_type_in_the_upstream_index_is_supported() {
+    let index = std::fs::read_to_string(fixture("definitions-index.tsv")).unwrap();
+    let supported = kernelsight::headroom::ops::SUPPORTED_OP_TYPES;
+    let mut seen = std::collections::BTreeSet::new();
+    for line in index.lines().skip(1) {
+        let op_type = line.split('\t').next().unwrap();
+        assert!(supported.contains(&op_type), "index op_type '{op_type}' is not supported");
+        seen.insert(op_type);
+    }
+    assert_eq!(seen.len(), 12);
+}
+
+/// With a calibration whose fitted GEMM runs at 1.01x SOL (faster than the 0.95 default
+/// compute ceiling), the practical bound drops to the calibrated time.
+#[test]
+fn calibrated_model_lowers_the_practical_bound() {
+    use kernelsight::calibrate::{self, dataset::Measurement, model::FitParams, store::Store, Data};
+    use kernelsight::headroom::{evaluate_kernel, Target};
+    use kernelsight::perf::efficiency::KernelModel;
+    use kernelsight::perf::sol::sol;
+    use kernelsight::perf::Tier;
+    use kernelsight::schema::{Dtype, Kernel};
+    let gpu = load_gpu("h200_sxm").unwrap();
+    let mut rows = Vec::new();
+    for m in [1u64, 4, 16, 64, 256, 1024, 4096, 16384] {
+        for n in [512u64, 1024, 2048, 4096, 8192] {
+            for k in [1024u64, 4096, 8192] {
+                let kern = Kernel::gemm(Dtype::Bf16, m, n, k);
+                let latency_us = sol(&kern, &gpu).sol_us * 1.01;
+                rows.push(Measurement { latency_us, kernel: kern, gpu: "h200_sxm".into(), backend: "lib".into(), source: "synthetic".into() });
+            }
+        }
+    }
+    let data = Data::from_rows(rows, kernelsight::hardware::builtin_specs().unwrap());
+    let mut params = FitParams::default();
+    params.gbdt.trees = 60;
+    let cal = calibrate::calibrate(&data, None, &params).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    calibrate::write_calibration(&cal, &data, dir.path(), "test").unwrap();
+    let model = KernelModel::load_from(&Store::Dir(dir.path().to_path_buf()), &gpu, Tier::Target).unwrap();
+    let target = Target { gpu: gpu.clone(), model: Some(model) };
+    let k = Kernel::gemm(Dtype::Bf16, 4096, 4096, 4096);
+    let a = evaluate_kernel(&k, &target, None).unwrap();
+    let s = sol(&k, &gpu).sol_us;
+    assert!((a.bounds.practical_us / s - 1.01).abs() < 0.03, "practical {} vs SOL {s}", a.bounds.practical_us);
+    assert!(a.notes.iter().any(|n| n.starts_with("calibrated target prediction")), "{:?}", a.notes);
+    let plain = evaluate_kernel(&k, &Target { gpu, model: None }, None).unwrap();
+    assert!((plain.bounds.practical_us - s / 0.950).abs() < 1e-6);
+}

@@ -55,7 +55,7 @@ fn write_parquet(root: &Path, rel: &str, cols: &[Col]) -> PathBuf {
     path
 }
 
-fn find<'a>(rows: &'a [KernelRow], pred: impl Fn(&KernelRow) -> bool) -> Vec<&'a KernelRow> {
+fn find(rows: &[KernelRow], pred: impl Fn(&KernelRow) -> bool) -> Vec<&KernelRow> {
     rows.iter().filter(|r| pred(r)).collect()
 }
 

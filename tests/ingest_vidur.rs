@@ -42,7 +42,7 @@ fn mlp_csv(medians_ms: [f64; 10], shape: &str) -> String {
     format!("{}\n{},{}\n", header.join(","), row.join(","), shape)
 }
 
-fn one<'a>(rows: &'a [KernelRow], pred: impl Fn(&KernelRow) -> bool) -> &'a KernelRow {
+fn one(rows: &[KernelRow], pred: impl Fn(&KernelRow) -> bool) -> &KernelRow {
     let hits: Vec<&KernelRow> = rows.iter().filter(|r| pred(r)).collect();
     assert_eq!(hits.len(), 1, "{rows:?}");
     hits[0]

@@ -1,5 +1,5 @@
 //! Workload generator and trace reader behaviour.
-use kernelsight::workload::{trace, Arrival, Lengths, RequestSource, RequestSpec, Sharing, WorkloadSpec};
+use kernelsight::workload::{trace, Arrival, Lengths, RequestSpec, Sharing, WorkloadSpec};
 use std::io::Write;
 
 fn spec(n: u64, arrival: Arrival, lengths: Lengths, sharing: Sharing) -> WorkloadSpec {
@@ -169,4 +169,30 @@ fn invalid_specs_are_rejected() {
     for s in bad {
         assert!(s.validate().is_err(), "{s:?}");
     }
+}
+
+#[derive(clap::Parser)]
+struct GenCmd {
+    #[command(subcommand)]
+    command: kernelsight::cli::workload::WorkloadCommand,
+}
+
+#[test]
+fn workload_gen_command_writes_the_csv() {
+    use clap::Parser;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.csv");
+    let cmd = GenCmd::try_parse_from(["x", "gen", "--rate", "4", "--num-requests", "25", "--turns", "5", "--out", out.to_str().unwrap()]).unwrap();
+    kernelsight::cli::workload::run(kernelsight::cli::workload::WorkloadCmdArgs { command: cmd.command }).unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(trace::CSV_HEADER));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 25);
+    // Multi-turn rows carry their session as prefix group and share prompt + output.
+    assert!(rows.iter().all(|r| r.len() == 5 && !r[3].is_empty()));
+    assert!(rows.iter().all(|r| r[4].parse::<u64>().unwrap() == r[1].parse::<u64>().unwrap() + r[2].parse::<u64>().unwrap()));
+    let bad = GenCmd::try_parse_from(["x", "gen", "--rate", "0", "--out", out.to_str().unwrap()]).unwrap();
+    let e = kernelsight::cli::workload::run(kernelsight::cli::workload::WorkloadCmdArgs { command: bad.command }).unwrap_err();
+    assert!(format!("{e}").contains("--rate must be a positive"), "{e}");
 }

@@ -250,31 +250,44 @@ def cb_config_to_dict(c):
     return d
 
 
-def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True):
-    """Replay one workload through the manager API. Returns the run record."""
-    import torch
+def run_rows(run):
+    rows = read_workload(run["workload"])
+    return rows[: run["limit"]] if run.get("limit") else rows
+
+
+def cb_configs(cfg, rows, run, engine):
+    """Engine and generation configs of one run, and the engine settings to record. Every rank of a
+    tensor-parallel group must build the same ones."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
-
-    wl = run["workload"]
-    rows = read_workload(wl)
-    if run.get("limit"):
-        rows = rows[: run["limit"]]
-    cuda_graph = bool(run.get("cuda_graph", False))
-    run_id = make_run_id(model_name, run)
-    prompts = make_prompts(rows, cfg.vocab_size, seed=zlib.crc32(wl.encode()))
-
     n_groups, group_types = num_layer_groups(cfg)
     bs = engine["block_size"]
     num_blocks = int(math.ceil(engine["kv_capacity_tokens"] / bs)) * n_groups
     cbc = ContinuousBatchingConfig(block_size=bs, num_blocks=num_blocks, max_batch_tokens=engine["max_batch_tokens"],
-                                   use_cuda_graph=cuda_graph, allow_block_sharing=True, scheduler_type="fifo", seed=0)
+                                   use_cuda_graph=bool(run.get("cuda_graph", False)), allow_block_sharing=True,
+                                   scheduler_type="fifo", seed=0)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max(r["output_tokens"] for r in rows), eos_token_id=-1,
                            pad_token_id=0)
+    settings = {"block_size": bs, "num_blocks": num_blocks, "max_batch_tokens": engine["max_batch_tokens"],
+                "kv_capacity_tokens_per_group": engine["kv_capacity_tokens"], "layer_groups": n_groups,
+                "group_types": group_types}
+    if "tp" in engine:  # tensor-parallel runs (harness_tp.py) say so; single-GPU records stay as they were
+        settings["tp"] = engine["tp"]
+    return cbc, gen, settings
+
+
+def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True):
+    """Replay one workload through the manager API. Returns the run record."""
+    import torch
+
+    wl = run["workload"]
+    rows = run_rows(run)
+    cuda_graph = bool(run.get("cuda_graph", False))
+    run_id = make_run_id(model_name, run)
+    prompts = make_prompts(rows, cfg.vocab_size, seed=zlib.crc32(wl.encode()))
+    cbc, gen, settings = cb_configs(cfg, rows, run, engine)
     rec = {"run_id": run_id, "model": model_name, "workload": wl, "num_requests": len(rows),
            "prefix_tokens_max": max(r["prefix_tokens"] for r in rows), "cuda_graph_requested": cuda_graph, "recorded": record,
-           "engine_requested": {"block_size": bs, "num_blocks": num_blocks, "max_batch_tokens": engine["max_batch_tokens"],
-                                "kv_capacity_tokens_per_group": engine["kv_capacity_tokens"], "layer_groups": n_groups,
-                                "group_types": group_types}}
+           "engine_requested": settings}
     manager = None
     steps = []
     t0_box = [0.0]

@@ -57,28 +57,31 @@ def tables(root):
     reqs = load(root, "requests.jsonl")
     runs = load(root, "runs.jsonl")
     static = load(root, "static.jsonl")
-    by_run = defaultdict(list)
+    by_run = defaultdict(list)  # a run_id is unique within one call only
     for r in reqs:
-        by_run[r["run_id"]].append(r)
-    lines = ["| run | status | req | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | ITL p50 | ITL p90 | tok/s | req/s | span s |",
+        by_run[(r.get("call"), r["run_id"])].append(r)
+    lines = ["Continuous-batching runs (plan:run_id). Times in ms; tok/s and req/s over first arrival to last "
+             "finish. A partial run's figures cover its finished requests only.", "",
+             "| run | status | req | TTFT p50 | TTFT p90 | TPOT p50 | TPOT p90 | ITL p50 | ITL p90 | tok/s | req/s | span s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         if not run.get("recorded", True):
             continue
-        m = run_metrics(by_run.get(run["run_id"], []))
+        m = run_metrics(by_run.get((run.get("call"), run["run_id"]), []))
+        label = (run["plan"] + ":" if run.get("plan") else "") + run["run_id"]
         if m is None:
-            lines.append(f"| {run['run_id']} | {run.get('status')} | 0 | - | - | - | - | - | - | - | - | - |")
+            lines.append(f"| {label} | {run.get('status')} | 0 | - | - | - | - | - | - | - | - | - |")
             continue
         p = lambda xs, q: fmt(percentile(xs, q))
-        lines.append(f"| {run['run_id']} | {run.get('status')} | {m['n']} | {p(m['ttft'], 50)} | {p(m['ttft'], 90)} | "
+        lines.append(f"| {label} | {run.get('status')} | {m['n']} | {p(m['ttft'], 50)} | {p(m['ttft'], 90)} | "
                      f"{p(m['tpot'], 50)} | {p(m['tpot'], 90)} | {p(m['itl'], 50)} | {p(m['itl'], 90)} | "
                      f"{fmt(m['tok_s'], 0)} | {fmt(m['req_s'], 2)} | {fmt(m['span_s'], 2)} |")
-    lines += ["", "Times in ms. Static batches (generate, CUDA events):", "",
+    lines += ["", "Static batches (model forward / generate, CUDA events), times in ms:", "",
               "| model | kind | B | L | prefill ms | decode step ms (median) | status |", "|---|---|---|---|---|---|---|"]
     for s in static:
         if s.get("kind") is None:
             continue
-        lines.append(f"| {s['model']} | {s['kind']} | {s['batch']} | {s['seq_len']} | {fmt(s.get('prefill_ms'), 2)} | "
+        lines.append(f"| {(s['plan'] + ':') if s.get('plan') else ''}{s['model']} | {s['kind']} | {s['batch']} | {s['seq_len']} | {fmt(s.get('prefill_ms'), 2)} | "
                      f"{fmt(s.get('decode_step_ms_median'), 2)} | {s.get('status')} {s.get('error') or ''} |")
     return "\n".join(lines) + "\n"
 

@@ -9,7 +9,7 @@
   ROOT/<model_dir>/static.jsonl        static-batch prefill / decode measurements
 
 <model_dir> is the model label: its name, with "-L<layers>" appended when the layer count was cut. Every line
-gets a "call" field (the call's UTC start time) so traces from several calls stay distinguishable.
+gets "call" (the call's UTC start time) and "plan" fields: a run_id is unique within one call only.
 Usage: python3 microbench/e2e/unpack.py RAW_DIR ROOT
 """
 import argparse
@@ -32,6 +32,7 @@ def main():
     with open(os.path.join(a.raw, "env.json")) as f:
         env = json.load(f)
     call = env["started_utc"]
+    plan = env.get("plan")
     os.makedirs(a.root, exist_ok=True)
     with open(os.path.join(a.root, f"env-{call.replace(':', '')}.json"), "w") as f:
         json.dump(env, f, indent=1)
@@ -46,6 +47,7 @@ def main():
                 json.dump(cfg, f, indent=1, sort_keys=True)
                 f.write("\n")
         m["call"] = call
+        m["plan"] = plan
         with open(os.path.join(a.root, d, "model.json"), "w") as f:
             json.dump(m, f, indent=1)
             f.write("\n")
@@ -57,6 +59,7 @@ def main():
             d = rec["model"]
             os.makedirs(os.path.join(a.root, d), exist_ok=True)
             rec["call"] = call
+            rec["plan"] = plan
             with open(os.path.join(a.root, d, f"{kind}.jsonl"), "a") as f:
                 f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 

@@ -1,10 +1,317 @@
-//! `kernelsight simulate` (placeholder until its issue lands).
-use anyhow::Result;
+//! `kernelsight simulate`: serve a workload on a deployment and report latency and throughput.
+use super::common::DeployArgs;
+use super::workload::WorkloadArgs;
+use crate::deployment::Deployment;
+use crate::hardware::GpuSpec;
+use crate::kernels::memory;
+use crate::model::ModelConfig;
+use crate::perf::predictor::{kernel_model_for, Predictor};
+use crate::perf::Tier;
+use crate::report::{self, Outputs};
+use crate::sim::engine::EngineParams;
+use crate::sim::router::RouterKind;
+use crate::sim::summary::Summary;
+use crate::sim::{self, Outcome, SimConfig};
+use crate::workload::{Arrival, Lengths, Sharing, WorkloadSpec};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// Arrival rate of the default scenario: enough to keep one H200 serving Llama-3.1-8B busy
+/// (batches of ~100+ sequences) without an ever-growing queue.
+pub const DEFAULT_RATE_PER_S: f64 = 50.0;
 
 #[derive(Debug, Args)]
-pub struct SimulateArgs {}
+#[command(after_help = "Examples:\n  kernelsight simulate\n  kernelsight simulate --rate 40 --num-requests 5000 --slo-ttft-ms 500 --slo-tpot-ms 50 --out run1\n  kernelsight simulate --model llama-3.1-8b --tp 2 --dp 2 --router least-loaded --engine sglang\n  kernelsight simulate --trace requests.csv --json")]
+pub struct SimulateArgs {
+    #[command(flatten)]
+    pub deploy: DeployArgs,
+    /// Data-parallel replicas, each a full tp x pp engine.
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
+    pub dp: i64,
+    /// Engine policy: vllm, sglang, static (calibration/engines/*.toml) or a path to an engine .toml.
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
+    /// Token budget of one step (engine default otherwise).
+    #[arg(long, allow_hyphen_values = true)]
+    pub max_num_batched_tokens: Option<i64>,
+    /// Most sequences running at once.
+    #[arg(long, allow_hyphen_values = true)]
+    pub max_num_seqs: Option<i64>,
+    /// KV block size in tokens.
+    #[arg(long, allow_hyphen_values = true)]
+    pub block_size: Option<i64>,
+    /// Chunked prefill on/off.
+    #[arg(long)]
+    pub chunked_prefill: Option<bool>,
+    /// Prefix caching on/off.
+    #[arg(long)]
+    pub prefix_caching: Option<bool>,
+    /// Share of GPU memory the engine may use (weights + activations + KV cache).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Pin the KV block count per replica (e.g. the count an engine logged) instead of deriving it.
+    #[arg(long, allow_hyphen_values = true)]
+    pub num_gpu_blocks: Option<i64>,
+    /// Longest prompt + output served (default: the model's context length).
+    #[arg(long, allow_hyphen_values = true)]
+    pub max_model_len: Option<i64>,
+    /// How requests are spread over data-parallel replicas.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    pub router: RouterKind,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// TTFT objective for goodput, milliseconds.
+    #[arg(long, allow_hyphen_values = true)]
+    pub slo_ttft_ms: Option<f64>,
+    /// TPOT objective for goodput, milliseconds.
+    #[arg(long, allow_hyphen_values = true)]
+    pub slo_tpot_ms: Option<f64>,
+    /// Print the summary as JSON instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write requests.csv, summary.json, plots (PNG + SVG) and trace.json here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Steps kept in trace.json (it grows ~0.5 KB per step).
+    #[arg(long, default_value_t = 20_000)]
+    pub trace_max_steps: u64,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
 
-pub fn run(_args: SimulateArgs) -> Result<()> {
-    anyhow::bail!("'simulate' is not implemented yet")
+fn positive(flag: &str, v: i64) -> Result<u32> {
+    if v < 1 || v > u32::MAX as i64 {
+        bail!("--{flag} must be a positive integer, got {v}");
+    }
+    Ok(v as u32)
+}
+
+/// Everything a run needs, resolved from the flags.
+pub struct Scenario {
+    pub model: ModelConfig,
+    pub gpu: GpuSpec,
+    pub dep: Deployment,
+    pub cfg: SimConfig,
+    pub workload: WorkloadSpec,
+    pub predictor: Predictor,
+    /// The tier asked for (`--tier`); `predictor.tier()` is the one in use after any fallback.
+    pub tier: Tier,
+    /// Lines describing the setup, for the report.
+    pub setup: Vec<String>,
+}
+
+impl SimulateArgs {
+    pub fn scenario(&self) -> Result<Scenario> {
+        let (model, gpu, mut dep) = self.deploy.load()?;
+        dep.dp = positive("dp", self.dp)? as u64;
+        let mut engine = EngineParams::load(&self.engine)?;
+        if let Some(v) = self.max_num_batched_tokens {
+            engine.max_num_batched_tokens = positive("max-num-batched-tokens", v)?;
+        }
+        if let Some(v) = self.max_num_seqs {
+            engine.max_num_seqs = positive("max-num-seqs", v)?;
+        }
+        if let Some(v) = self.block_size {
+            engine.block_size = positive("block-size", v)?;
+        }
+        if let Some(v) = self.chunked_prefill {
+            engine.chunked_prefill = v;
+        }
+        if let Some(v) = self.prefix_caching {
+            engine.prefix_caching = v;
+        }
+        if let Some(v) = self.gpu_memory_utilization {
+            if !(v > 0.0 && v <= 1.0) {
+                bail!("--gpu-memory-utilization must be in (0, 1], got {v}");
+            }
+            engine.gpu_memory_utilization = v;
+        }
+        engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
+        let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
+        let derived_blocks = (plan.kv_capacity_tokens / engine.block_size as u64).min(u32::MAX as u64) as u32;
+        let num_gpu_blocks = match self.num_gpu_blocks {
+            Some(v) => positive("num-gpu-blocks", v)?,
+            None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),
+            None => derived_blocks,
+        };
+        let max_model_len = match self.max_model_len {
+            Some(v) => positive("max-model-len", v)?,
+            None => model.max_context.min(u32::MAX as u64) as u32,
+        };
+        let tier = self.deploy.tier.unwrap_or(Tier::Roofline);
+        let (km, note) = kernel_model_for(&gpu, tier)?;
+        let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
+        let host_line = format!(
+            "host overhead ({}): {:.0} us/step + {:.1} us/seq + {:.2} us/token{}",
+            host.source,
+            host.per_step_us,
+            host.per_seq_us,
+            host.per_token_us,
+            if host.launch_per_layer_us > 0.0 { format!(", eager launches {:.0} us/layer", host.launch_per_layer_us) } else { String::new() }
+        );
+        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host).with_attention_impl(engine.attention_impl);
+        let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
+        let cfg = SimConfig {
+            engine,
+            num_gpu_blocks,
+            max_model_len,
+            dp: dep.dp as u32,
+            pp: dep.pp as u32,
+            router: self.router,
+            slo_ttft_ms: self.slo_ttft_ms,
+            slo_tpot_ms: self.slo_tpot_ms,
+        };
+        cfg.validate()?;
+        let gib = |b: f64| b / (1u64 << 30) as f64;
+        let e = &cfg.engine;
+        let mut setup = vec![
+            format!(
+                "{} on {} x {} (tp {}, pp {}, ep {}, dp {}; weights {}, KV {})",
+                model.name, dep.total_gpus(), gpu.id, dep.tp, dep.pp, dep.ep, dep.dp, dep.weight_dtype, dep.kv_dtype
+            ),
+            format!(
+                "engine {}: {} batched tokens, {} seqs, block {}, chunked prefill {}, prefix caching {}",
+                e.name,
+                e.max_num_batched_tokens,
+                e.max_num_seqs,
+                e.block_size,
+                if e.chunked_prefill { "on" } else { "off" },
+                if e.prefix_caching { "on" } else { "off" }
+            ),
+            format!(
+                "KV cache {} blocks = {} tokens per replica ({}; per GPU: weights {:.1} GiB, activations {:.1} GiB, KV {:.1} GiB of {:.1} GiB usable at {:.2})",
+                report::terminal::group(num_gpu_blocks as u64),
+                report::terminal::group(num_gpu_blocks as u64 * e.block_size as u64),
+                if self.num_gpu_blocks.is_some() { "pinned by --num-gpu-blocks" } else { "derived from memory" },
+                gib(plan.weight_bytes_per_gpu),
+                gib(plan.activation_bytes_per_gpu),
+                gib(plan.kv_budget_bytes_per_gpu),
+                gib(plan.capacity_bytes_per_gpu),
+                e.gpu_memory_utilization
+            ),
+            format!(
+                "timing tier {} (asked: {}): {}",
+                predictor.tier().as_str(),
+                tier.as_str(),
+                crate::perf::StepTimeModel::describe(&predictor)
+            ),
+            host_line,
+            format!("workload {}", describe_workload(&workload)),
+        ];
+        if let Some(n) = note {
+            setup.push(format!("note: {n}"));
+        }
+        Ok(Scenario { model, gpu, dep, cfg, workload, predictor, tier, setup })
+    }
+}
+
+pub fn describe_workload(w: &WorkloadSpec) -> String {
+    let n = match (w.num_requests, &w.trace) {
+        (Some(n), _) => format!("{n} requests"),
+        (None, Some(_)) => "all requests".into(),
+        (None, None) => format!("{} requests", crate::workload::DEFAULT_NUM_REQUESTS),
+    };
+    let src = match &w.trace {
+        Some(p) => format!("replayed from {}", p.display()),
+        None => match &w.lengths {
+            Lengths::ShareGpt => "ShareGPT-like lengths (lognormal, means 161 in / 338 out)".into(),
+            Lengths::Fixed { isl, osl } => format!("fixed {isl} in / {osl} out"),
+            Lengths::Uniform { isl, osl, range_ratio } => format!("uniform {isl} in / {osl} out +-{:.0}%", range_ratio * 100.0),
+        },
+    };
+    let arr = match w.arrival {
+        Arrival::Rate { rate_per_s, .. } if rate_per_s.is_infinite() => "all at t=0".to_string(),
+        Arrival::Rate { rate_per_s, burstiness: 1.0 } => format!("Poisson {rate_per_s} req/s"),
+        Arrival::Rate { rate_per_s, burstiness } => format!("Gamma {rate_per_s} req/s, burstiness {burstiness}"),
+        Arrival::Closed { concurrency } => format!("closed loop, {concurrency} clients"),
+    };
+    let share = match w.sharing {
+        Sharing::None => String::new(),
+        Sharing::Groups { groups, prefix_tokens } => format!(", {groups} shared prefixes of {prefix_tokens} tokens"),
+        Sharing::Sessions { turns, think_time_s } => format!(", {turns}-turn sessions {think_time_s} s apart"),
+    };
+    format!("{n}, {src}, {arr}{share}, seed {}", w.seed)
+}
+
+/// A finished run.
+pub struct Report {
+    pub scenario: Scenario,
+    pub outcome: Outcome,
+    pub summary: Summary,
+}
+
+impl Report {
+    /// The `--json` / summary.json object: the summary plus the setup lines.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(&self.summary).expect("summary serializes");
+        v["model"] = self.scenario.model.name.clone().into();
+        v["gpu"] = self.scenario.gpu.id.clone().into();
+        v["tier"] = self.scenario.predictor.tier().as_str().into();
+        v["tier_requested"] = self.scenario.tier.as_str().into();
+        v["setup"] = self.scenario.setup.clone().into();
+        v
+    }
+}
+
+/// Runs the scenario, streaming per-request rows and the trace into `out` when given.
+pub fn execute(args: &SimulateArgs) -> Result<Report> {
+    let scenario = args.scenario()?;
+    let mut outputs = Outputs::default();
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        outputs.csv = Some(report::csv_out::RequestCsv::create(&dir.join("requests.csv"))?);
+        outputs.trace = Some(report::trace::ChromeTrace::create(&dir.join("trace.json"), args.trace_max_steps)?);
+    }
+    if !args.quiet && !args.json && std::io::stderr().is_terminal() {
+        let total = scenario.workload.num_requests.or(scenario.workload.trace.is_none().then_some(crate::workload::DEFAULT_NUM_REQUESTS));
+        let bar = match total {
+            Some(n) => indicatif::ProgressBar::new(n),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} simulating [{bar:30}] {pos}/{len} requests ({per_sec})")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        outputs.progress = Some(bar);
+    }
+    let mut source = scenario.workload.build()?;
+    let outcome = sim::run(&scenario.cfg, &scenario.predictor, source.as_mut(), scenario.workload.concurrency(), &mut outputs)?;
+    if let Some(p) = outputs.progress.take() {
+        p.finish_and_clear();
+    }
+    let timing = format!("{} ({})", scenario.predictor.tier().as_str(), crate::perf::StepTimeModel::describe(&scenario.predictor));
+    let summary = Summary::new(&outcome, &scenario.cfg, timing);
+    let report = Report { scenario, outcome, summary };
+    if let Some(dir) = &args.out {
+        if let Some(c) = outputs.csv.take() {
+            c.finish()?;
+        }
+        if let Some(t) = outputs.trace.take() {
+            t.finish()?;
+        }
+        // The file also carries the time series behind the timeline plot (at most 512 buckets).
+        let mut summary = report.json();
+        summary["timeline"] = serde_json::to_value(&report.outcome.rec.series)?;
+        let json = serde_json::to_string_pretty(&summary)?;
+        std::fs::write(dir.join("summary.json"), json + "\n").with_context(|| format!("writing {}/summary.json", dir.display()))?;
+        report::plots::write_all(dir, &report.outcome, &report.summary)?;
+    }
+    Ok(report)
+}
+
+pub fn run(args: SimulateArgs) -> Result<()> {
+    let report = execute(&args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.json())?);
+    } else {
+        print!("{}", report::terminal::render(&report.scenario.setup, &report.summary));
+        if let Some(dir) = &args.out {
+            println!("\nwrote {0}/requests.csv, {0}/summary.json, {0}/trace.json and plots (*.png, *.svg)", dir.display());
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::hardware::load_gpu;
-use crate::headroom::{budget, evaluate_definition, evaluate_kernel, serve, trace, validate, Answer};
+use crate::headroom::{budget, evaluate_definition, evaluate_kernel, serve, trace, validate, Answer, Target};
 use crate::schema::{read_rows, write_rows};
 
 #[derive(Debug, Args)]
@@ -67,8 +67,9 @@ struct BudgetArgs {
 
 #[derive(Debug, Args)]
 struct ValidateArgs {
-    /// Shared-schema CSVs with latency_us and gpu columns (repeatable).
-    #[arg(long = "input", required = true)]
+    /// Shared-schema CSVs (.csv or .csv.gz) with latency_us and gpu columns (repeatable).
+    /// Default: the public subset (microbench/public) and microbench/data/*/*.csv.
+    #[arg(long = "input")]
     inputs: Vec<PathBuf>,
     #[arg(long)]
     json: bool,
@@ -85,9 +86,10 @@ pub fn run(args: SolArgs) -> Result<()> {
         return serve::serve(stdin.lock(), std::io::stdout().lock(), args.gpu);
     }
     let gpu_id = args.gpu.as_deref().ok_or_else(|| anyhow!("--gpu is required (e.g. --gpu h200_sxm)"))?;
-    let gpu = load_gpu(gpu_id)?;
+    let target = Target::load(gpu_id)?;
+    let gpu = &target.gpu;
     if let Some(input) = &args.input {
-        return run_csv(input, args.output.as_deref(), &gpu);
+        return run_csv(input, args.output.as_deref(), &target);
     }
     let Some(def_path) = &args.definition else {
         bail!("give --definition D.json [--workload W.jsonl], --input shapes.csv, --serve, or a subcommand (budget, validate)");
@@ -103,7 +105,7 @@ pub fn run(args: SolArgs) -> Result<()> {
     };
     let mut out = std::io::stdout().lock();
     for (origin, w) in &workloads {
-        let a = evaluate_definition(&def, w, &gpu, args.measured_us, origin)?;
+        let a = evaluate_definition(&def, w, gpu, args.measured_us, origin)?;
         if args.json {
             writeln!(out, "{}", serde_json::to_string(&a)?)?;
         } else {
@@ -170,11 +172,11 @@ fn write_text(out: &mut impl Write, a: &Answer) -> Result<()> {
     Ok(())
 }
 
-fn run_csv(input: &std::path::Path, output: Option<&std::path::Path>, gpu: &crate::hardware::GpuSpec) -> Result<()> {
+fn run_csv(input: &std::path::Path, output: Option<&std::path::Path>, target: &Target) -> Result<()> {
     let rows = read_rows(input)?;
     let mut cols = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
-        let a = evaluate_kernel(&r.kernel, gpu, None).with_context(|| format!("{}: line {}", input.display(), i + 2))?;
+        let a = evaluate_kernel(&r.kernel, target, None).with_context(|| format!("{}: line {}", input.display(), i + 2))?;
         cols.push(vec![format!("{:.4}", a.bounds.sol_us), format!("{:.4}", a.bounds.practical_us)]);
     }
     let extra = ["sol_us", "practical_us"];
@@ -195,7 +197,7 @@ fn run_budget(a: BudgetArgs) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string(&plan)?)?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7} {:>6}", "problem", "headroom", "verdict", "trials", "need", "")?;
+    writeln!(out, "{:<32} {:>10} {:>10} {:>10} {:>7}", "problem", "headroom", "verdict", "trials", "need")?;
     for x in &plan.allocations {
         writeln!(out, "{:<32} {:>9.2}x {:>10} {:>10} {:>7}", x.name, x.headroom, x.verdict.as_str(), x.trials, x.need)?;
     }
@@ -205,12 +207,32 @@ fn run_budget(a: BudgetArgs) -> Result<()> {
 }
 
 fn run_validate(a: ValidateArgs) -> Result<()> {
-    let mut rows = Vec::new();
-    for p in &a.inputs {
-        rows.extend(read_rows(p)?);
-    }
+    let rows = if a.inputs.is_empty() {
+        validate::project_measurements()?
+    } else {
+        let mut rows = Vec::new();
+        for p in &a.inputs {
+            rows.extend(crate::ingest::read_rows_file(p)?);
+        }
+        rows
+    };
     let rep = validate::validate(&rows);
-    print_validation(&rep, a.json)
+    print_validation(&rep, a.json)?;
+    if !a.json {
+        let mut gpus: Vec<&str> = rows.iter().filter_map(|r| r.gpu.as_deref()).collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "best observed efficiency per class (compute of peak FLOPs, memory of peak bandwidth; traffic > L2):")?;
+        for id in gpus {
+            let Ok(gpu) = load_gpu(id) else { continue };
+            let best = validate::best_efficiency(&rows, &gpu);
+            let cells: Vec<String> =
+                best.iter().map(|(c, (ce, me))| format!("{} {ce:.3}/{me:.3}", c.as_str())).collect();
+            writeln!(out, "  {id}: {}", cells.join(", "))?;
+        }
+    }
+    Ok(())
 }
 
 pub fn print_validation(rep: &validate::Report, json: bool) -> Result<()> {
@@ -220,30 +242,36 @@ pub fn print_validation(rep: &validate::Report, json: bool) -> Result<()> {
         return Ok(());
     }
     writeln!(out, "measured / hard SOL over {} rows", rep.rows)?;
-    writeln!(out, "{:<20} {:<18} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>11}", "gpu", "op", "rows", "min", "p01", "p50", "p99", "max", "<SOL", "unexplained")?;
+    writeln!(
+        out,
+        "{:<20} {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>9} {:>6} {:>9} {:>9}",
+        "gpu", "op", "rows", "min", "p01", "p50", "p99", "max", "<SOL", "beyond", "anomalies"
+    )?;
     for g in &rep.groups {
         writeln!(
             out,
-            "{:<20} {:<18} {:>7} {:>7.3} {:>7.3} {:>7.2} {:>7.1} {:>9.1} {:>6} {:>11}",
-            g.gpu, g.op, g.rows, g.min, g.p01, g.p50, g.p99, g.max, g.below_sol, g.unexplained
+            "{:<20} {:<16} {:>7} {:>7.3} {:>7.3} {:>7.2} {:>7.1} {:>9.1} {:>6} {:>9} {:>9}",
+            g.gpu, g.op, g.rows, g.min, g.p01, g.p50, g.p99, g.max, g.below_sol, g.unexplained, g.anomalies
         )?;
     }
+    writeln!(out, "(<SOL: rows below the hard SOL; beyond: below it by more than the noise margin with no warm-L2 explanation; anomalies: of those, known upstream errors)")?;
     for (why, n) in &rep.skipped {
         writeln!(out, "skipped {n} rows: {why}")?;
     }
-    for v in rep.violations.iter().take(20) {
+    let mut reasons: Vec<&str> = rep.violations.iter().filter_map(|v| v.anomaly).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    for r in reasons {
+        writeln!(out, "known anomaly: {r}")?;
+    }
+    for v in rep.violations.iter().filter(|v| !v.warm_l2 && v.anomaly.is_none()).take(20) {
         writeln!(
             out,
-            "  {:.3}x SOL  {} {} [{}] measured {:.3} us < SOL {:.3} us{}",
-            v.ratio,
-            v.gpu,
-            v.kernel,
-            v.source,
-            v.measured_us,
-            v.sol_us,
-            if v.l2_resident { "  (fits in L2: warm-cache timing)" } else { "" }
+            "  {:.3}x SOL  {} {} [{}] measured {:.3} us < SOL {:.3} us",
+            v.ratio, v.gpu, v.kernel, v.source, v.measured_us, v.sol_us
         )?;
     }
-    writeln!(out, "unexplained violations beyond the {:.0}% noise margin: {}", crate::headroom::verdict::NOISE_MARGIN * 100.0, rep.unexplained())?;
+    let warm = rep.violations.iter().filter(|v| v.warm_l2).count();
+    writeln!(out, "rows beyond the {:.0}% noise margin: {} possible with a warm L2, {} known anomalies, {} unexplained", crate::headroom::verdict::NOISE_MARGIN * 100.0, warm, rep.anomalies(), rep.unexplained())?;
     Ok(())
 }

@@ -16,6 +16,8 @@ pub struct ValidateArgs {
 pub enum ValidateWhat {
     /// Per-kernel APE of the target, cross-gen and roofline tiers on held-out rows.
     Kernels(KernelsArgs),
+    /// End-to-end APE of TTFT/TPOT/ITL/throughput: replays the H200 traces in the simulator.
+    E2e(crate::e2e::cli::E2eArgs),
 }
 
 #[derive(Debug, Args)]
@@ -43,6 +45,7 @@ pub struct KernelsArgs {
 pub fn run(args: ValidateArgs) -> Result<()> {
     match args.what {
         ValidateWhat::Kernels(a) => kernels(a),
+        ValidateWhat::E2e(a) => crate::e2e::cli::run(a),
     }
 }
 

@@ -10,8 +10,7 @@
 use super::serve::kernel_from;
 use super::trace::{Definition, Workload};
 use super::verdict::{check_measured, trials_for, Verdict, GAIN_PER_TRIAL};
-use super::{evaluate_definition, evaluate_kernel};
-use crate::hardware::load_gpu;
+use super::{evaluate_definition, evaluate_kernel, Target};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -130,14 +129,14 @@ pub fn read_problems(path: &Path, default_gpu: Option<&str>) -> Result<Vec<Probl
             bail!("{origin}: missing required column '{required}'");
         }
     }
-    let mut gpus = HashMap::new();
+    let mut targets = HashMap::new();
     let mut out = Vec::new();
     for (i, rec) in rdr.records().enumerate() {
         let line = i + 2;
         let at = |e: anyhow::Error| e.context(format!("{origin}: line {line}"));
         let rec = rec.map_err(|e| anyhow!("{origin}: line {line}: malformed CSV record: {e}"))?;
         let row: HashMap<&str, &str> = headers.iter().zip(rec.iter()).filter(|(_, v)| !v.is_empty()).collect();
-        out.push(problem_from(&row, default_gpu, &mut gpus).map_err(at)?);
+        out.push(problem_from(&row, default_gpu, &mut targets).map_err(at)?);
     }
     if out.is_empty() {
         bail!("{origin}: no problems");
@@ -154,7 +153,7 @@ fn number(row: &HashMap<&str, &str>, field: &str) -> Result<Option<f64>> {
 fn problem_from(
     row: &HashMap<&str, &str>,
     default_gpu: Option<&str>,
-    gpus: &mut HashMap<String, crate::hardware::GpuSpec>,
+    targets: &mut HashMap<String, Target>,
 ) -> Result<Problem> {
     let name = row.get("name").ok_or_else(|| anyhow!("field 'name' is empty"))?.to_string();
     let measured_us = check_measured(number(row, "measured_us")?.ok_or_else(|| anyhow!("field 'measured_us' is empty"))?, "measured_us")?;
@@ -168,10 +167,10 @@ fn problem_from(
         return Ok(Problem { name, measured_us, practical_us, sol_us, weight });
     }
     let gpu_id = row.get("gpu").copied().or(default_gpu).ok_or_else(|| anyhow!("no 'gpu' column value and no --gpu"))?;
-    if !gpus.contains_key(gpu_id) {
-        gpus.insert(gpu_id.to_string(), load_gpu(gpu_id).context("field 'gpu'")?);
+    if !targets.contains_key(gpu_id) {
+        targets.insert(gpu_id.to_string(), Target::load(gpu_id).context("field 'gpu'")?);
     }
-    let gpu = &gpus[gpu_id];
+    let target = &targets[gpu_id];
     let answer = if let Some(def_path) = row.get("definition") {
         let def = Definition::from_path(Path::new(def_path))?;
         let wl_path = row.get("workload").ok_or_else(|| anyhow!("field 'workload' (a .jsonl path) is empty"))?;
@@ -183,7 +182,7 @@ fn problem_from(
                 all.into_iter().nth(i).ok_or_else(|| anyhow!("field 'workload_index' = {i} is past the end of {wl_path}"))?
             }
         };
-        evaluate_definition(&def, &w, gpu, None, wl_path)?
+        evaluate_definition(&def, &w, &target.gpu, None, wl_path)?
     } else if row.contains_key("op") {
         let mut obj = Map::new();
         for (k, v) in row {
@@ -193,7 +192,7 @@ fn problem_from(
             let val = v.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::String(v.to_string()));
             obj.insert(k.to_string(), val);
         }
-        evaluate_kernel(&kernel_from(&obj)?, gpu, None)?
+        evaluate_kernel(&kernel_from(&obj)?, target, None)?
     } else {
         bail!("each row needs 'practical_us', or 'definition' + 'workload', or kernel-shape columns starting with 'op'");
     };

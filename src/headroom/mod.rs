@@ -11,7 +11,9 @@ pub mod trace;
 pub mod validate;
 pub mod verdict;
 
-use crate::hardware::GpuSpec;
+use crate::hardware::{load_gpu, GpuSpec};
+use crate::perf::efficiency::KernelModel;
+use crate::perf::Tier;
 use crate::schema::Kernel;
 use anyhow::Result;
 use bound::{default_ceiling, Bounds, Ceiling, OpClass, Work};
@@ -44,6 +46,28 @@ pub fn ceiling_for(_gpu: &GpuSpec, class: OpClass) -> Ceiling {
     default_ceiling(class)
 }
 
+/// A GPU and, when `calibration/` has fitted models for it, its calibrated kernel-time model.
+pub struct Target {
+    pub gpu: GpuSpec,
+    pub model: Option<KernelModel>,
+}
+
+impl Target {
+    /// Loads a GPU spec (id or .toml path) and its target-tier (else cross-gen) calibration.
+    pub fn load(id_or_path: &str) -> Result<Target> {
+        let gpu = load_gpu(id_or_path)?;
+        let model = KernelModel::load(&gpu, Tier::Target).ok().filter(|m| m.tier_used() != Tier::Roofline);
+        Ok(Target { gpu, model })
+    }
+
+    /// The calibrated time of a kernel whose op has a fitted (target or cross-gen) model.
+    fn calibrated_us(&self, k: &Kernel) -> Option<(f64, Tier)> {
+        let m = self.model.as_ref()?;
+        let tier = m.tier_for(k.op);
+        (tier != Tier::Roofline).then(|| (m.predict_us(k), tier))
+    }
+}
+
 /// Bounds of one definition + workload; `origin` names the workload in errors.
 pub fn evaluate_definition(
     def: &Definition,
@@ -74,14 +98,25 @@ pub fn evaluate_definition(
     })
 }
 
-/// Bounds of one shared-schema kernel (exact shape) through `perf::sol` (see `kernel`).
-pub fn evaluate_kernel(k: &Kernel, gpu: &GpuSpec, measured_us: Option<f64>) -> Result<Answer> {
+/// Bounds of one shared-schema kernel (exact shape) through `perf::sol` (see `kernel`). Where
+/// calibration has a fitted model for the op, a calibrated time faster than the ceiling-based
+/// practical bound lowers it (never below the hard SOL).
+pub fn evaluate_kernel(k: &Kernel, target: &Target, measured_us: Option<f64>) -> Result<Answer> {
     k.validate()?;
+    let gpu = &target.gpu;
     let hard = kernel::hard_sol(k, gpu);
-    let nominal = crate::perf::sol::sol(k, gpu);
+    let nominal = kernel::nominal_sol(k, gpu);
     let class = OpClass::of_op(k.op);
     let dtype = gpu.effective_compute_dtype(k.dtype);
-    let b = bound::kernel_bounds(k.op, dtype, &hard, &nominal, ceiling_for(gpu, class));
+    let mut b = bound::kernel_bounds(k.op, dtype, &hard, &nominal, ceiling_for(gpu, class));
+    let mut notes: Vec<String> = kernel::notes(k.op).into_iter().map(str::to_string).collect();
+    if let Some((cal_us, tier)) = target.calibrated_us(k) {
+        notes.push(format!("calibrated {} prediction: {cal_us:.3} us", tier.as_str()));
+        if cal_us < b.practical_us {
+            b.practical_us = cal_us.max(b.sol_us);
+            b.ceiling.source = "calibrated kernel model (faster than the default ceiling)";
+        }
+    }
     let assessment = measured_us.map(|t| verdict::assess(&b, t, gpu.l2_bytes())).transpose()?;
     Ok(Answer {
         gpu: gpu.id.clone(),
@@ -89,7 +124,7 @@ pub fn evaluate_kernel(k: &Kernel, gpu: &GpuSpec, measured_us: Option<f64>) -> R
         workload: None,
         bounds: b,
         nominal: (nominal.bytes != hard.bytes).then_some(Counts { flops: nominal.flops, bytes: nominal.bytes }),
-        notes: kernel::notes(k.op).into_iter().map(str::to_string).collect(),
+        notes,
         missing: vec![],
         assessment,
     })

@@ -2,8 +2,7 @@
 //! loop can keep the process open. A bad request gets `{"error": ...}` and serving goes on.
 
 use super::trace::{Definition, Workload};
-use super::{evaluate_definition, evaluate_kernel, verdict::check_measured, Answer};
-use crate::hardware::{load_gpu, GpuSpec};
+use super::{evaluate_definition, evaluate_kernel, verdict::check_measured, Answer, Target};
 use crate::schema::{Dtype, Kernel, Op};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
@@ -14,15 +13,15 @@ use std::path::Path;
 /// Request keys that are not kernel-shape fields.
 const CONTROL_KEYS: [&str; 7] = ["id", "gpu", "measured_us", "definition", "workload", "workload_index", "uuid"];
 
-/// Answers requests, loading each GPU spec once.
+/// Answers requests, loading each GPU spec (and its calibration) once.
 pub struct Server {
     default_gpu: Option<String>,
-    gpus: HashMap<String, GpuSpec>,
+    targets: HashMap<String, Target>,
 }
 
 impl Server {
     pub fn new(default_gpu: Option<String>) -> Server {
-        Server { default_gpu, gpus: HashMap::new() }
+        Server { default_gpu, targets: HashMap::new() }
     }
 
     /// Answer to one request line: the answer object, or `{"error": ...}` (with the
@@ -55,17 +54,17 @@ impl Server {
                 Some(check_measured(t, "measured_us")?)
             }
         };
-        if !self.gpus.contains_key(&gpu_id) {
-            let spec = load_gpu(&gpu_id).context("field 'gpu'")?;
-            self.gpus.insert(gpu_id.clone(), spec);
+        if !self.targets.contains_key(&gpu_id) {
+            let target = Target::load(&gpu_id).context("field 'gpu'")?;
+            self.targets.insert(gpu_id.clone(), target);
         }
-        let gpu = &self.gpus[&gpu_id];
+        let target = &self.targets[&gpu_id];
         if let Some(d) = obj.get("definition") {
             let def = definition_from(d)?;
             let w = workload_from(obj)?;
-            evaluate_definition(&def, &w, gpu, measured, "field 'workload'")
+            evaluate_definition(&def, &w, &target.gpu, measured, "field 'workload'")
         } else if obj.contains_key("op") {
-            evaluate_kernel(&kernel_from(obj)?, gpu, measured)
+            evaluate_kernel(&kernel_from(obj)?, target, measured)
         } else {
             bail!("a request needs 'definition' (with 'workload') or kernel-shape fields starting with 'op'")
         }

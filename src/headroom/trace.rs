@@ -120,10 +120,6 @@ impl Definition {
         Ok(Definition { name, op_type, description, tags, axes, inputs, outputs })
     }
 
-    pub fn has_tag(&self, tag: &str) -> bool {
-        self.tags.iter().any(|t| t == tag)
-    }
-
     /// Value of a tag `key:value`, e.g. `stage` -> `decode`.
     pub fn tag_value(&self, key: &str) -> Option<&str> {
         self.tags.iter().find_map(|t| t.strip_prefix(key).and_then(|r| r.strip_prefix(':')))

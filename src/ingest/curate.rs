@@ -8,6 +8,7 @@
 //! - moe: bf16 and fp8 (per-tensor), balanced and power-law routing;
 //! - collectives: every NCCL and custom all-reduce row (all stacks; they are small);
 //! - mla_prefill / mla_decode: every row (kernel tables and `/module_*` tables).
+//!
 //! Vidur rows are kept whole (fp16 elementwise ops, A40, 2024 stack).
 
 use super::aiconfigurator::FileContext;

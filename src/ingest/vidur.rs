@@ -129,7 +129,7 @@ pub fn import_file(path: &Path) -> Result<Imported> {
 }
 
 fn per_shard(t: &Table, row: usize, total: u64, tp: u64, what: &str) -> Result<u64> {
-    if tp == 0 || total % tp != 0 {
+    if tp == 0 || !total.is_multiple_of(tp) {
         bail!(
             "{}: {}: {what} = {total} is not divisible by num_tensor_parallel_workers = {tp}",
             t.origin,
@@ -212,6 +212,7 @@ pub fn mlp(t: &Table, gpu: &str, out: &mut Imported) -> Result<()> {
                     k.op = Op::Add;
                     k.hidden = n_embd;
                 }
+                // "emb", the only operator left in MLP_OPS.
                 _ => {
                     k.op = Op::Embedding;
                     k.hidden = n_embd;

@@ -266,3 +266,56 @@ fn attention_groups(model: &ModelConfig) -> Vec<(AttnKind, u64)> {
     }
     groups
 }
+
+/// How an engine runs attention over a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionImpl {
+    /// One varlen/paged kernel: each sequence attends its own KV (vLLM, SGLang, TRT-LLM).
+    #[default]
+    PerSequence,
+    /// transformers continuous batching with `paged|sdpa`: each layer gathers the KV of every
+    /// scheduled request into one packed sequence, repeats KV heads up to the query heads, and
+    /// runs one SDPA (math path, explicit block-diagonal mask) of all query tokens against all
+    /// gathered keys. Work grows with (sum of queries) x (sum of keys).
+    PackedSdpa,
+}
+
+/// Attention of the `PackedSdpa` implementation, as the kernels it really runs: a gather of
+/// the KV (repeated to query heads), QK^T and PV as per-head GEMMs over the packed batch, and
+/// the masked softmax over the score matrix.
+pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
+    let mut out = Vec::new();
+    let (hq, _) = heads_per_gpu(model, dep.tp);
+    let a = dep.act_dtype_for_elementwise();
+    let q_tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+    for (attn, count) in attention_groups(model) {
+        if attn == AttnKind::Linear {
+            out.extend(attention_kernels(model, dep, seqs).into_iter().filter(|k| k.kernel.op == Op::LinearAttn).take(1));
+            continue;
+        }
+        let window = match attn {
+            AttnKind::Sliding { window } => window,
+            _ => 0,
+        };
+        let keys: u64 = seqs
+            .iter()
+            .map(|s| {
+                let total = (s.cached_tokens + s.new_tokens) as u64;
+                if window > 0 { total.min(window + s.new_tokens as u64) } else { total }
+            })
+            .sum();
+        let d = match &model.mla {
+            Some(m) => m.qk_nope_head_dim + m.qk_rope_head_dim,
+            None => model.head_dim,
+        };
+        let tag = format!("layer[{}]", attn_tag(attn));
+        let gather = Kernel { bytes: 2 * keys * hq * d * a.bytes() as u64, ..Kernel::new(Op::Copy, a) };
+        out.push(KernelInstance { name: format!("{tag}.kv_gather_repeat"), kernel: gather, count });
+        out.push(KernelInstance { name: format!("{tag}.scores_qk"), kernel: Kernel::gemm(a, q_tokens, keys, d), count: count * hq });
+        let softmax = Kernel { num_tokens: q_tokens * hq, hidden: keys, ..Kernel::new(Op::Add, a) };
+        out.push(KernelInstance { name: format!("{tag}.masked_softmax"), kernel: softmax, count });
+        out.push(KernelInstance { name: format!("{tag}.scores_pv"), kernel: Kernel::gemm(a, q_tokens, d, keys), count: count * hq });
+    }
+    out
+}

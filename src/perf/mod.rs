@@ -2,6 +2,7 @@
 //! overhead, composed by a predictor the simulator asks for step times.
 
 pub mod efficiency;
+pub mod host;
 pub mod predictor;
 pub mod roofline;
 pub mod sol;

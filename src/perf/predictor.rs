@@ -2,48 +2,22 @@
 //! kernel-time model, and adds host overhead. Token-count-dependent kernels (GEMMs, norms,
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
-use super::roofline::RooflineModel;
+use super::host::HostOverhead;
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
-use crate::kernels::graph::{attention_kernels, step_kernels, token_kernels, KernelInstance};
+use crate::kernels::graph::{attention_kernels, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// CPU-side cost of one engine step (scheduling, input preparation, sampling bookkeeping,
-/// detokenization) not hidden behind GPU work.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct HostOverhead {
-    pub per_step_us: f64,
-    pub per_seq_us: f64,
-    pub per_token_us: f64,
-}
-
-impl Default for HostOverhead {
-    /// Placeholder until fitted on end-to-end traces: a CUDA-graph engine's per-step launch
-    /// and scheduling cost of a few hundred microseconds.
-    fn default() -> Self {
-        HostOverhead { per_step_us: 250.0, per_seq_us: 2.0, per_token_us: 0.05 }
-    }
-}
-
-impl HostOverhead {
-    pub fn step_us(&self, num_seqs: usize, num_tokens: u64) -> f64 {
-        self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
-    }
-}
-
-/// The kernel-time model for `tier` on `gpu`, and a note when a fallback was taken.
-/// Calibrated tiers are not fitted yet: they fall back to the roofline model and say so.
+/// The kernel-time model for `tier` on `gpu` (calibrated where `calibration/` has fitted
+/// models, falling back to cross-gen and then roofline per op), and a note on any fallback.
 pub fn kernel_model_for(gpu: &GpuSpec, tier: Tier) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
-    let roofline: Arc<dyn KernelTimeModel> = Arc::new(RooflineModel::new(gpu.clone()));
-    let note = match tier {
-        Tier::Roofline => None,
-        other => Some(format!("no calibrated {} model yet; using the roofline model", other.as_str())),
-    };
-    Ok((roofline, note))
+    let km = super::efficiency::KernelModel::load(gpu, tier)?;
+    let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
+    Ok((Arc::new(km), note))
 }
 
 /// One row of a step's kernel table.
@@ -60,6 +34,7 @@ pub struct Predictor {
     pub gpu: GpuSpec,
     pub dep: Deployment,
     pub host: HostOverhead,
+    pub attention_impl: AttentionImpl,
     kernel_model: Arc<dyn KernelTimeModel>,
     token_cache: Mutex<HashMap<(u64, u64), StepCost>>,
 }
@@ -79,6 +54,7 @@ impl Predictor {
             gpu: gpu.clone(),
             dep: dep.clone(),
             host: HostOverhead::default(),
+            attention_impl: AttentionImpl::PerSequence,
             kernel_model: km,
             token_cache: Mutex::new(HashMap::new()),
         }
@@ -87,6 +63,18 @@ impl Predictor {
     pub fn with_host_overhead(mut self, host: HostOverhead) -> Self {
         self.host = host;
         self
+    }
+
+    pub fn with_attention_impl(mut self, attention_impl: AttentionImpl) -> Self {
+        self.attention_impl = attention_impl;
+        self
+    }
+
+    fn attention(&self, seqs: &[SeqWork]) -> Vec<KernelInstance> {
+        match self.attention_impl {
+            AttentionImpl::PerSequence => attention_kernels(&self.model, &self.dep, seqs),
+            AttentionImpl::PackedSdpa => packed_sdpa_kernels(&self.model, &self.dep, seqs),
+        }
     }
 
     pub fn tier(&self) -> Tier {
@@ -99,7 +87,10 @@ impl Predictor {
 
     /// Every kernel of one step with its SOL and predicted time.
     pub fn kernel_table(&self, seqs: &[SeqWork]) -> Vec<TimedKernel> {
-        step_kernels(&self.model, &self.dep, seqs)
+        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        let mut kernels = token_kernels(&self.model, &self.dep, tokens, seqs.len() as u64);
+        kernels.extend(self.attention(seqs));
+        kernels
             .into_iter()
             .map(|instance| {
                 let sol = super::sol::sol(&instance.kernel, &self.gpu);
@@ -131,8 +122,10 @@ impl StepTimeModel for Predictor {
     fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let mut cost = self.token_cost(tokens, seqs.len() as u64);
-        self.add_kernels(&mut cost, &attention_kernels(&self.model, &self.dep, seqs));
-        cost.add_class("host", self.host.step_us(seqs.len(), tokens));
+        self.add_kernels(&mut cost, &self.attention(seqs));
+        let gpu_us = cost.total_us;
+        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, seqs.len(), tokens);
+        cost.add_class("host", wall_us - gpu_us);
         cost
     }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 pub const CSV_HEADER: &str = "arrival_s,prompt_tokens,output_tokens,prefix_group,prefix_tokens";
 
 enum Format {
-    Csv { reader: csv::Reader<BufReader<File>>, cols: [Option<usize>; 5], record: csv::StringRecord },
+    Csv { reader: Box<csv::Reader<BufReader<File>>>, cols: [Option<usize>; 5], record: csv::StringRecord },
     Jsonl { lines: std::io::Lines<BufReader<File>> },
 }
 
@@ -55,7 +55,7 @@ impl TraceReader {
                     );
                 }
             }
-            Format::Csv { reader, cols, record: csv::StringRecord::new() }
+            Format::Csv { reader: Box::new(reader), cols, record: csv::StringRecord::new() }
         };
         // CSV lines count the header; JSONL lines are counted as they are read.
         let line = if is_jsonl { 0 } else { 1 };

@@ -1,0 +1,7 @@
+//! End-to-end validation: replay measured serving runs in the simulator and report how far
+//! the predicted TTFT, TPOT, ITL and throughput are from the measurements.
+
+pub mod cli;
+pub mod silicon;
+pub mod stats;
+pub mod traces;

@@ -1,0 +1,137 @@
+//! Fits an engine's host overhead (per step, per scheduled sequence) to the measured TPOT of
+//! its calibration runs.
+//!
+//! Host overhead adds `per_step_us + per_seq_us x seqs` to every step, so each run's mean TPOT
+//! is close to linear in the two parameters. Gauss-Newton on that: simulate each run at the
+//! current parameters and with each parameter nudged (finite differences give the
+//! sensitivities), solve the non-negative least squares of relative TPOT error, repeat. The
+//! fit sees only TPOT: TTFT also carries queueing and prefill kernel errors that host
+//! overhead must not absorb. `per_token_us` stays 0 (collinear with per_seq in decode steps);
+//! `launch_per_layer_us` stays 0 (all three engines replay CUDA graphs in decode).
+
+use super::rows::SimPoint;
+use super::run::simulate;
+use super::stats::{ape, ApeStats};
+use crate::perf::host::HostOverhead;
+use crate::perf::Tier;
+use anyhow::{bail, Result};
+use rayon::prelude::*;
+use serde::Serialize;
+
+/// Finite-difference nudges: large enough to move TPOT well above float noise, small enough
+/// to stay in the linear range.
+const NUDGE_STEP_US: f64 = 200.0;
+const NUDGE_SEQ_US: f64 = 2.0;
+const ITERATIONS: usize = 3;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostFit {
+    pub engine: String,
+    pub tier: Tier,
+    /// Calibration runs (rows) used.
+    pub runs: usize,
+    pub host: HostOverhead,
+    /// TPOT APE on the calibration runs with no host overhead and with the fitted one.
+    pub tpot_before: ApeStats,
+    pub tpot_after: ApeStats,
+}
+
+fn host(per_step_us: f64, per_seq_us: f64) -> HostOverhead {
+    HostOverhead { per_step_us, per_seq_us, per_token_us: 0.0, launch_per_layer_us: 0.0, source: String::new() }
+}
+
+fn tpots(points: &[(SimPoint, f64)], tier: Tier, h: &HostOverhead) -> Result<Vec<f64>> {
+    points.par_iter().map(|(p, _)| simulate(p, tier, Some(h)).map(|r| r.tpot_ms)).collect()
+}
+
+/// min over x >= 0 of sum_i (a_i . x - y_i)^2 for two unknowns: the unconstrained optimum if
+/// feasible, else the best of the one-variable optima on the boundary.
+pub fn nnls2(a: &[[f64; 2]], y: &[f64]) -> [f64; 2] {
+    let (mut s00, mut s01, mut s11, mut b0, mut b1) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for (ai, &yi) in a.iter().zip(y) {
+        s00 += ai[0] * ai[0];
+        s01 += ai[0] * ai[1];
+        s11 += ai[1] * ai[1];
+        b0 += ai[0] * yi;
+        b1 += ai[1] * yi;
+    }
+    let cost = |x: [f64; 2]| a.iter().zip(y).map(|(ai, yi)| (ai[0] * x[0] + ai[1] * x[1] - yi).powi(2)).sum::<f64>();
+    let mut candidates = vec![[0.0, 0.0]];
+    if s00 > 0.0 {
+        candidates.push([(b0 / s00).max(0.0), 0.0]);
+    }
+    if s11 > 0.0 {
+        candidates.push([0.0, (b1 / s11).max(0.0)]);
+    }
+    let det = s00 * s11 - s01 * s01;
+    if det.abs() > 1e-12 * (s00 * s11).max(f64::MIN_POSITIVE) {
+        let x = [(b0 * s11 - b1 * s01) / det, (s00 * b1 - s01 * b0) / det];
+        if x[0] >= 0.0 && x[1] >= 0.0 {
+            candidates.push(x);
+        }
+    }
+    candidates.into_iter().min_by(|p, q| cost(*p).total_cmp(&cost(*q))).expect("at least the origin")
+}
+
+/// Fits `engine`'s host overhead on `points` (calibration runs with measured mean TPOT, ms).
+pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier) -> Result<HostFit> {
+    if points.len() < 2 {
+        bail!("{engine}: {} calibration runs; at least 2 are needed to fit two parameters", points.len());
+    }
+    let measured: Vec<f64> = points.iter().map(|(_, m)| *m).collect();
+    let apes = |pred: &[f64]| ApeStats::of(&pred.iter().zip(&measured).map(|(p, m)| ape(*p, *m)).collect::<Vec<_>>());
+    let mut x = [0.0f64; 2];
+    let mut base = tpots(points, tier, &host(0.0, 0.0))?;
+    let tpot_before = apes(&base);
+    for _ in 0..ITERATIONS {
+        let d_step = tpots(points, tier, &host(x[0] + NUDGE_STEP_US, x[1]))?;
+        let d_seq = tpots(points, tier, &host(x[0], x[1] + NUDGE_SEQ_US))?;
+        // Relative residuals: each run counts by its percentage error, not its milliseconds.
+        let mut a = Vec::with_capacity(points.len());
+        let mut y = Vec::with_capacity(points.len());
+        for i in 0..points.len() {
+            let m = measured[i];
+            let g = [(d_step[i] - base[i]) / NUDGE_STEP_US / m, (d_seq[i] - base[i]) / NUDGE_SEQ_US / m];
+            // Linear model around x: tpot(x') = base + g . (x' - x) (in units of m).
+            a.push(g);
+            y.push((m - base[i]) / m + g[0] * x[0] + g[1] * x[1]);
+        }
+        let next = nnls2(&a, &y);
+        let moved = (next[0] - x[0]).abs() > 0.5 || (next[1] - x[1]).abs() > 0.005;
+        x = next;
+        base = tpots(points, tier, &host(x[0], x[1]))?;
+        if !moved {
+            break;
+        }
+    }
+    let tpot_after = apes(&base);
+    let mut h = host(x[0], x[1]);
+    h.source = format!(
+        "fitted by kernelsight e2e::silicon::fit on {} calibration runs of calibration/public/silicon_h100_sxm_agg.csv against the {} tier (TPOT median APE {:.1}% -> {:.1}%)",
+        points.len(),
+        tier.as_str(),
+        tpot_before.median_ape,
+        tpot_after.median_ape
+    );
+    Ok(HostFit { engine: engine.to_string(), tier, runs: points.len(), host: h, tpot_before, tpot_after })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nnls_recovers_exact_and_clamps_negative() {
+        // y = 2 a0 + 3 a1 exactly.
+        let a = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, 1.0]];
+        let y: Vec<f64> = a.iter().map(|r| 2.0 * r[0] + 3.0 * r[1]).collect();
+        let x = nnls2(&a, &y);
+        assert!((x[0] - 2.0).abs() < 1e-9 && (x[1] - 3.0).abs() < 1e-9, "{x:?}");
+        // y = -1 a0 + 3 a1: the best non-negative answer sets x0 = 0 and refits x1 alone.
+        let y: Vec<f64> = a.iter().map(|r| -r[0] + 3.0 * r[1]).collect();
+        let x = nnls2(&a, &y);
+        assert_eq!(x[0], 0.0);
+        // x1 alone: sum(a1 y) / sum(a1^2) = (3 + 2 + 1) / 3 = 2.
+        assert!((x[1] - 2.0).abs() < 1e-9, "{x:?}");
+    }
+}

@@ -1,0 +1,282 @@
+//! Reading the public silicon CSV (aiconfigurator `systems/silicon_sample.csv` layout) and
+//! turning each aggregated-serving row into a simulator point, or a reason why not.
+
+use crate::model::builtin_model_names;
+use crate::schema::Dtype;
+use crate::sim::engine::builtin_engines;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// One measured run as the file gives it. Numeric layout fields are `None` where the file
+/// leaves them empty (disaggregated rows, dense models' MoE columns).
+#[derive(Debug, Clone, Serialize)]
+pub struct SiliconRow {
+    /// 1-based line in the file (the header is line 1).
+    pub line: usize,
+    pub id: String,
+    pub backend: String,
+    pub backend_version: String,
+    pub model_path: String,
+    pub system: String,
+    /// `agg` when the file has no `mode` column (the curated copy keeps agg rows only).
+    pub mode: String,
+    pub isl: Option<u32>,
+    pub osl: Option<u32>,
+    /// Empty = bf16.
+    pub gemm_quant_mode: String,
+    /// Client concurrency of the closed-loop benchmark.
+    pub batch_size: Option<u32>,
+    pub tp_size: Option<u32>,
+    pub pp_size: Option<u32>,
+    pub attention_dp_size: Option<u32>,
+    pub moe_tp_size: Option<u32>,
+    pub moe_ep_size: Option<u32>,
+    pub ttft_ms: f64,
+    pub tpot_ms: f64,
+}
+
+const REQUIRED: [&str; 4] = ["backend", "model_path", "silicon_ttft_ms", "silicon_tpot_ms"];
+
+fn field<'a>(rec: &'a csv::StringRecord, cols: &HashMap<String, usize>, name: &str) -> &'a str {
+    cols.get(name).and_then(|&i| rec.get(i)).unwrap_or("").trim()
+}
+
+fn parse_count(v: &str, origin: &str, name: &str) -> Result<Option<u32>> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    // Some exports write integers as floats ("4.0").
+    let x: f64 = v.parse().map_err(|_| anyhow!("{origin}: field '{name}' must be a non-negative integer, got '{v}'"))?;
+    if !(x >= 0.0 && x.fract() == 0.0 && x <= u32::MAX as f64) {
+        bail!("{origin}: field '{name}' must be a non-negative integer, got '{v}'");
+    }
+    Ok(Some(x as u32))
+}
+
+fn parse_ms(v: &str, origin: &str, name: &str) -> Result<f64> {
+    let x: f64 = v.parse().map_err(|_| anyhow!("{origin}: field '{name}' must be a positive number of milliseconds, got '{v}'"))?;
+    if !(x > 0.0 && x.is_finite()) {
+        bail!("{origin}: field '{name}' must be a positive number of milliseconds, got '{v}'");
+    }
+    Ok(x)
+}
+
+/// Reads every row; `limit` keeps the first N data rows.
+pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
+    let file = path.display().to_string();
+    let mut rdr = csv::ReaderBuilder::new()
+        .flexible(false)
+        .from_path(path)
+        .with_context(|| format!("opening silicon measurements {file}"))?;
+    let headers = rdr.headers().with_context(|| format!("{file}: reading the header"))?.clone();
+    let cols: HashMap<String, usize> = headers.iter().enumerate().map(|(i, h)| (h.trim().to_string(), i)).collect();
+    for name in REQUIRED {
+        if !cols.contains_key(name) {
+            bail!("{file}: missing column '{name}' (needed: {}; header is: {})", REQUIRED.join(", "), headers.iter().collect::<Vec<_>>().join(","));
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, rec) in rdr.records().enumerate() {
+        if limit.is_some_and(|n| rows.len() >= n) {
+            break;
+        }
+        let line = i + 2;
+        let rec = rec.with_context(|| format!("{file}: line {line}"))?;
+        let origin = format!("{file} line {line}");
+        let f = |name: &str| field(&rec, &cols, name);
+        let mode = match f("mode") {
+            "" => "agg".to_string(),
+            m => m.to_ascii_lowercase(),
+        };
+        rows.push(SiliconRow {
+            line,
+            id: f("id").to_string(),
+            backend: f("backend").to_ascii_lowercase(),
+            backend_version: f("backend_version").to_string(),
+            model_path: f("model_path").to_string(),
+            system: f("system").to_string(),
+            mode,
+            isl: parse_count(f("isl"), &origin, "isl")?,
+            osl: parse_count(f("osl"), &origin, "osl")?,
+            gemm_quant_mode: f("gemm_quant_mode").to_ascii_lowercase(),
+            batch_size: parse_count(f("batch_size"), &origin, "batch_size")?,
+            tp_size: parse_count(f("tp_size"), &origin, "tp_size")?,
+            pp_size: parse_count(f("pp_size"), &origin, "pp_size")?,
+            attention_dp_size: parse_count(f("attention_dp_size"), &origin, "attention_dp_size")?,
+            moe_tp_size: parse_count(f("moe_tp_size"), &origin, "moe_tp_size")?,
+            moe_ep_size: parse_count(f("moe_ep_size"), &origin, "moe_ep_size")?,
+            ttft_ms: parse_ms(f("silicon_ttft_ms"), &origin, "silicon_ttft_ms")?,
+            tpot_ms: parse_ms(f("silicon_tpot_ms"), &origin, "silicon_tpot_ms")?,
+        });
+    }
+    if rows.is_empty() {
+        bail!("{file}: no data rows");
+    }
+    Ok(rows)
+}
+
+/// One simulator run: a closed loop of `concurrency` clients sending fixed-length requests.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct SimPoint {
+    pub model: String,
+    pub gpu: String,
+    pub engine: String,
+    pub tp: u32,
+    pub pp: u32,
+    pub ep: u32,
+    pub dtype: Dtype,
+    pub isl: u32,
+    pub osl: u32,
+    pub concurrency: u32,
+    pub num_requests: u32,
+}
+
+/// Requests per run: every client sends at least three requests, so the first wave (all
+/// prompts at t=0) is a third of the run at most, like the several-requests-per-client
+/// benchmarks the means come from; at least 16 requests for small concurrencies.
+pub fn num_requests_for(concurrency: u32) -> u32 {
+    (3 * concurrency).max(16)
+}
+
+impl SimPoint {
+    /// `kernelsight simulate` flags that reproduce this point (tier flag included).
+    pub fn simulate_flags(&self, tier: crate::perf::Tier) -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "--model".into(),
+            self.model.clone(),
+            "--gpu".into(),
+            self.gpu.clone(),
+            "--tp".into(),
+            self.tp.to_string(),
+        ];
+        if self.pp > 1 {
+            v.extend(["--pp".into(), self.pp.to_string()]);
+        }
+        if self.ep > 1 {
+            v.extend(["--ep".into(), self.ep.to_string()]);
+        }
+        v.extend([
+            "--dtype".into(),
+            self.dtype.as_str().into(),
+            "--engine".into(),
+            self.engine.clone(),
+            "--isl".into(),
+            self.isl.to_string(),
+            "--osl".into(),
+            self.osl.to_string(),
+            "--concurrency".into(),
+            self.concurrency.to_string(),
+            "--num-requests".into(),
+            self.num_requests.to_string(),
+            "--tier".into(),
+            tier.as_str().into(),
+        ]);
+        v
+    }
+
+    pub fn command_line(&self, tier: crate::perf::Tier) -> String {
+        format!("kernelsight simulate {} --json", self.simulate_flags(tier).join(" "))
+    }
+}
+
+/// Our model name for a Hugging Face id: last path segment, lower case, without the
+/// `-Instruct` / `-FP8` suffixes of checkpoint variants (same architecture).
+pub fn model_name(model_path: &str) -> Option<String> {
+    let mut name = model_path.rsplit('/').next()?.trim().to_ascii_lowercase();
+    loop {
+        let before = name.len();
+        for suffix in ["-instruct", "-fp8"] {
+            if let Some(s) = name.strip_suffix(suffix) {
+                name = s.to_string();
+            }
+        }
+        if name.len() == before {
+            break;
+        }
+    }
+    builtin_model_names().into_iter().find(|m| *m == name)
+}
+
+/// GEMM precision of `gemm_quant_mode`. fp8_block (128x128 block scales) moves the same bytes
+/// and runs on the same tensor cores as per-tensor fp8. nvfp4/mxfp4 on Hopper (no FP4 tensor
+/// cores) run as 4-bit weights with 16-bit math, which is what `Dtype::Fp4` gives on a GPU
+/// whose spec has no FP4 peak.
+pub fn gemm_dtype(mode: &str) -> Option<Dtype> {
+    match mode {
+        "" | "bf16" | "bfloat16" | "float16" | "fp16" => Some(Dtype::Bf16),
+        "fp8" | "fp8_block" | "fp8_static" => Some(Dtype::Fp8),
+        "nvfp4" | "mxfp4" | "w4a16_mxfp4" => Some(Dtype::Fp4),
+        _ => None,
+    }
+}
+
+/// The simulator point of `row`, or why it cannot be simulated.
+pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
+    if row.mode != "agg" {
+        return Err(format!("mode '{}': disaggregated prefill/decode serving is not modelled", row.mode));
+    }
+    let Some(model) = model_name(&row.model_path) else {
+        return Err(format!("model '{}' has no config under models/", row.model_path));
+    };
+    let engines = builtin_engines();
+    if !engines.contains(&row.backend) {
+        return Err(format!("backend '{}' has no engine profile (known: {})", row.backend, engines.join(", ")));
+    }
+    let dtype = gemm_dtype(&row.gemm_quant_mode).ok_or_else(|| format!("gemm_quant_mode '{}' is not modelled", row.gemm_quant_mode))?;
+    if row.attention_dp_size.unwrap_or(1) > 1 {
+        return Err(format!("attention data parallelism ({}) is not modelled", row.attention_dp_size.unwrap_or(1)));
+    }
+    let need = |v: Option<u32>, name: &str| v.filter(|&x| x > 0).ok_or_else(|| format!("field '{name}' is empty or 0"));
+    let (isl, osl) = (need(row.isl, "isl")?, need(row.osl, "osl")?);
+    let concurrency = need(row.batch_size, "batch_size")?;
+    let tp = need(row.tp_size, "tp_size")?;
+    let pp = row.pp_size.filter(|&x| x > 0).unwrap_or(1);
+    let is_moe = crate::model::ModelConfig::load(&model).map_err(|e| e.to_string())?.moe.is_some();
+    // Experts are split over `ep` GPUs of the TP group, each expert's width over tp / ep.
+    let ep = match (row.moe_tp_size.filter(|&x| x > 0), row.moe_ep_size.filter(|&x| x > 0)) {
+        _ if !is_moe => 1,
+        (Some(mtp), Some(ep)) if mtp * ep != tp => {
+            return Err(format!("MoE layout moe_tp {mtp} x moe_ep {ep} != tp {tp} is not modelled"));
+        }
+        (_, Some(ep)) => ep,
+        (Some(mtp), None) if tp % mtp == 0 => tp / mtp,
+        (Some(mtp), None) => return Err(format!("moe_tp {mtp} does not divide tp {tp}")),
+        (None, None) => 1,
+    };
+    Ok(SimPoint {
+        model,
+        gpu: if row.system.is_empty() { "h100_sxm".into() } else { row.system.clone() },
+        engine: row.backend.clone(),
+        tp,
+        pp,
+        ep,
+        dtype,
+        isl,
+        osl,
+        concurrency,
+        num_requests: num_requests_for(concurrency),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hugging_face_ids_map_to_shipped_models() {
+        assert_eq!(model_name("meta-llama/Llama-3.1-8B-Instruct").as_deref(), Some("llama-3.1-8b"));
+        assert_eq!(model_name("Qwen/Qwen3-235B-A22B-FP8").as_deref(), Some("qwen3-235b-a22b"));
+        assert_eq!(model_name("openai/gpt-oss-120b").as_deref(), Some("gpt-oss-120b"));
+        assert_eq!(model_name("MiniMaxAI/MiniMax-M2.5"), None);
+    }
+
+    #[test]
+    fn quant_modes() {
+        assert_eq!(gemm_dtype(""), Some(Dtype::Bf16));
+        assert_eq!(gemm_dtype("fp8_block"), Some(Dtype::Fp8));
+        assert_eq!(gemm_dtype("nvfp4"), Some(Dtype::Fp4));
+        assert_eq!(gemm_dtype("int4_wo"), None);
+    }
+}

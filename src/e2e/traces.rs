@@ -1,0 +1,528 @@
+//! The H200 end-to-end traces (`calibration/traces/h200_sxm/`, transformers continuous
+//! batching): loading with consistency checks, fitting the `hf` engine's host overhead on a
+//! calibration subset of model families, and replaying every run in the simulator.
+
+use super::stats::{ape, quantile, ErrorStats};
+use crate::deployment::Deployment;
+use crate::hardware::load_gpu;
+use crate::kernels::graph::AttentionImpl;
+use crate::model::ModelConfig;
+use crate::perf::host::HostOverhead;
+use crate::perf::predictor::Predictor;
+use crate::perf::{SeqWork, StepTimeModel, Tier};
+use crate::sim::engine::EngineParams;
+use crate::sim::record::NoObserver;
+use crate::sim::router::RouterKind;
+use crate::sim::summary::Summary;
+use crate::sim::SimConfig;
+use crate::workload::{RequestSource, RequestSpec};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Model families whose runs fit the host-overhead model; every other family is held out and
+/// never used for fitting anything.
+/// Chosen before any fitting: one dense, two MoE families; their 2-layer smoke cuts make the
+/// per-layer and per-step host terms separately identifiable.
+pub const CALIBRATION_FAMILIES: [&str; 3] = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b"];
+
+#[derive(Debug, Clone)]
+pub struct TraceRequest {
+    pub arrival_s: f64,
+    pub first_token_s: f64,
+    pub token_s: Vec<f64>,
+    pub finish_s: f64,
+    pub prompt_tokens: u32,
+    pub output_tokens: u32,
+    pub prefix_group: Option<u64>,
+    pub prefix_tokens: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TraceStep {
+    pub start_s: f64,
+    pub num_requests: u32,
+    pub num_decode: u32,
+    pub q_tokens: u64,
+    pub kv_read: u64,
+    pub end_s: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceRun {
+    /// `call/run_id`: run ids repeat across device calls.
+    pub key: String,
+    pub status: String,
+    pub block_size: u32,
+    pub blocks_per_group: u32,
+    pub max_batch_tokens: u32,
+    pub prefix_sharing: bool,
+    pub steps: Vec<TraceStep>,
+    /// Finished requests only.
+    pub requests: Vec<TraceRequest>,
+    /// All requests sent, finished or not (for replay).
+    pub sent: Vec<RequestSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TraceModel {
+    /// Folder name, e.g. `qwen3-8b-L18`.
+    pub label: String,
+    /// The shipped model it was cut from, e.g. `qwen3-8b`.
+    pub family: String,
+    pub config: ModelConfig,
+    pub runs: Vec<TraceRun>,
+}
+
+impl TraceModel {
+    pub fn is_calibration(&self) -> bool {
+        CALIBRATION_FAMILIES.contains(&self.family.as_str())
+    }
+}
+
+fn f64_field(v: &Value, key: &str, origin: &str) -> Result<f64> {
+    v.get(key).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: field '{key}' missing or not a number"))
+}
+
+fn u64_field(v: &Value, key: &str, origin: &str) -> Result<u64> {
+    v.get(key).and_then(Value::as_u64).ok_or_else(|| anyhow!("{origin}: field '{key}' missing or not a whole number"))
+}
+
+fn read_jsonl(path: &Path) -> Result<Vec<(usize, Value)>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| anyhow!("{}: line {}: malformed JSON ({e})", path.display(), i + 1))?;
+        out.push((i + 1, v));
+    }
+    Ok(out)
+}
+
+/// Parses one finished request and checks its timeline (arrival <= tokens, non-decreasing).
+fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
+    let arrival_s = f64_field(v, "arrival_s", origin)?;
+    let first_token_s = f64_field(v, "first_token_s", origin)?;
+    let finish_s = f64_field(v, "finish_s", origin)?;
+    let token_s: Vec<f64> = v
+        .get("token_s")
+        .and_then(Value::as_array)
+        .ok_or_else(|| anyhow!("{origin}: field 'token_s' missing"))?
+        .iter()
+        .map(|x| x.as_f64().ok_or_else(|| anyhow!("{origin}: field 'token_s' holds a non-number")))
+        .collect::<Result<_>>()?;
+    if token_s.is_empty() {
+        bail!("{origin}: finished request has no token times");
+    }
+    if token_s[0] < arrival_s {
+        bail!("{origin}: a token at {:.6} s precedes the request's arrival at {arrival_s:.6} s", token_s[0]);
+    }
+    if token_s.windows(2).any(|w| w[1] < w[0]) || finish_s < first_token_s {
+        bail!("{origin}: token timestamps decrease");
+    }
+    let output_tokens = u64_field(v, "output_tokens", origin)? as u32;
+    if output_tokens as usize != token_s.len() {
+        bail!("{origin}: output_tokens = {output_tokens} but {} token times", token_s.len());
+    }
+    Ok(TraceRequest {
+        arrival_s,
+        first_token_s,
+        token_s,
+        finish_s,
+        prompt_tokens: u64_field(v, "prompt_tokens", origin)? as u32,
+        output_tokens,
+        prefix_group: v.get("prefix_group").and_then(Value::as_u64),
+        prefix_tokens: v.get("prefix_tokens").and_then(Value::as_u64).unwrap_or(0) as u32,
+    })
+}
+
+fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
+    let cache = v.get("cache").ok_or_else(|| anyhow!("{origin}: field 'cache' missing"))?;
+    let engine = v.get("engine_requested").ok_or_else(|| anyhow!("{origin}: field 'engine_requested' missing"))?;
+    let mut steps = Vec::new();
+    for (j, s) in v.get("steps").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let a = s.as_array().filter(|a| a.len() == 6).ok_or_else(|| anyhow!("{origin}: steps[{j}] is not a 6-column row"))?;
+        let n = |k: usize| a[k].as_f64().ok_or_else(|| anyhow!("{origin}: steps[{j}][{k}] is not a number"));
+        let step = TraceStep {
+            start_s: n(0)?,
+            num_requests: n(1)? as u32,
+            num_decode: n(2)? as u32,
+            q_tokens: n(3)? as u64,
+            kv_read: n(4)? as u64,
+            end_s: n(5)?,
+        };
+        if step.end_s < step.start_s {
+            bail!("{origin}: steps[{j}] ends before it starts");
+        }
+        steps.push(step);
+    }
+    Ok(TraceRun {
+        key: format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?")),
+        status: v.get("status").and_then(Value::as_str).unwrap_or("?").to_string(),
+        block_size: u64_field(cache, "block_size", origin)? as u32,
+        blocks_per_group: u64_field(engine, "num_blocks", origin)? as u32,
+        max_batch_tokens: u64_field(cache, "max_batch_tokens", origin)? as u32,
+        prefix_sharing: cache.get("use_prefix_sharing").and_then(Value::as_bool).unwrap_or(false),
+        steps,
+        requests: Vec::new(),
+        sent: Vec::new(),
+    })
+}
+
+/// Loads every model folder under `dir` (each with config.json, runs.jsonl, requests.jsonl).
+pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
+    let mut models = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for folder in entries.into_iter().filter(|p| p.join("runs.jsonl").is_file()) {
+        let label = folder.file_name().unwrap().to_string_lossy().to_string();
+        let cfg_path = folder.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
+        let config = ModelConfig::from_hf_json(&text, &label, &cfg_path.display().to_string())?;
+        let family = match label.rfind("-L") {
+            Some(i) if label[i + 2..].chars().all(|c| c.is_ascii_digit()) => label[..i].to_string(),
+            _ => label.clone(),
+        };
+        let runs_path = folder.join("runs.jsonl");
+        let mut runs: Vec<TraceRun> = Vec::new();
+        for (line, v) in read_jsonl(&runs_path)? {
+            let status = v.get("status").and_then(Value::as_str).unwrap_or("");
+            if status != "ok" && status != "partial" {
+                continue; // failed and skipped runs carry no timings
+            }
+            runs.push(parse_run(&v, &format!("{}: line {line}", runs_path.display()))?);
+        }
+        let req_path = folder.join("requests.jsonl");
+        // A folder whose runs were all skipped has no request file.
+        let request_lines = if req_path.is_file() { read_jsonl(&req_path)? } else { Vec::new() };
+        for (line, v) in request_lines {
+            let origin = format!("{}: line {line}", req_path.display());
+            let key = format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?"));
+            let Some(run) = runs.iter_mut().find(|r| r.key == key) else { continue };
+            let spec = RequestSpec {
+                id: run.sent.len() as u64,
+                // Requests that never started (partial runs) only carry their planned arrival.
+                arrival_s: f64_field(&v, "arrival_s", &origin).or_else(|_| f64_field(&v, "target_arrival_s", &origin))?,
+                prompt_tokens: u64_field(&v, "prompt_tokens", &origin)? as u32,
+                output_tokens: u64_field(&v, "requested_output_tokens", &origin)? as u32,
+                prefix_group: v.get("prefix_group").and_then(Value::as_u64),
+                prefix_tokens: v.get("prefix_tokens").and_then(Value::as_u64).unwrap_or(0) as u32,
+            };
+            run.sent.push(spec);
+            if v.get("status").and_then(Value::as_str) == Some("finished") {
+                run.requests.push(parse_request(&v, &origin)?);
+            }
+        }
+        for r in &mut runs {
+            r.sent.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+            for (i, s) in r.sent.iter_mut().enumerate() {
+                s.id = i as u64;
+            }
+        }
+        runs.retain(|r| !r.requests.is_empty());
+        models.push(TraceModel { label, family, config, runs });
+    }
+    if models.is_empty() {
+        bail!("no trace folders (with runs.jsonl) under {}", dir.display());
+    }
+    Ok(models)
+}
+
+/// The metrics compared per run.
+pub const METRICS: [&str; 7] = ["ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "itl_p50", "itl_p90", "throughput"];
+
+/// Measured metrics of a run (ms, throughput in output tokens/s from the run's start).
+pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
+    let ttft: Vec<f64> = run.requests.iter().map(|r| (r.first_token_s - r.arrival_s) * 1e3).collect();
+    let tpot: Vec<f64> = run
+        .requests
+        .iter()
+        .filter(|r| r.output_tokens > 1)
+        .map(|r| (r.finish_s - r.first_token_s) * 1e3 / (r.output_tokens - 1) as f64)
+        .collect();
+    let itl: Vec<f64> = run.requests.iter().flat_map(|r| r.token_s.windows(2).map(|w| (w[1] - w[0]) * 1e3)).collect();
+    let end = run.requests.iter().map(|r| r.finish_s).fold(0.0, f64::max);
+    let tokens: u64 = run.requests.iter().map(|r| r.output_tokens as u64).sum();
+    BTreeMap::from([
+        ("ttft_p50", quantile(&ttft, 0.5)),
+        ("ttft_p90", quantile(&ttft, 0.9)),
+        ("tpot_p50", quantile(&tpot, 0.5)),
+        ("tpot_p90", quantile(&tpot, 0.9)),
+        ("itl_p50", quantile(&itl, 0.5)),
+        ("itl_p90", quantile(&itl, 0.9)),
+        ("throughput", tokens as f64 / end),
+    ])
+}
+
+fn predictor(model: &ModelConfig, tier: Tier, host: HostOverhead) -> Result<Predictor> {
+    let gpu = load_gpu("h200_sxm")?;
+    Ok(Predictor::new(model, &gpu, &Deployment::default(), tier)?.with_host_overhead(host).with_attention_impl(AttentionImpl::PackedSdpa))
+}
+
+/// A logged decode-only step as the simulator's batch: `n` sequences sharing the KV read.
+fn decode_step_batch(s: &TraceStep) -> Vec<SeqWork> {
+    let n = s.num_requests.max(1);
+    let cached = (s.kv_read / n as u64).max(1) as u32;
+    vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n as usize]
+}
+
+/// Fits the `hf` host model on the calibration families' decode-only steps where the host
+/// dominates (predicted GPU time under half the measured step): measured = launch x layers +
+/// per_step + per_seq x sequences, by least squares with non-negative coefficients.
+pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
+    let mut rows: Vec<([f64; 3], f64)> = Vec::new();
+    for m in models.iter().filter(|m| m.is_calibration()) {
+        let p = predictor(&m.config, tier, zero_host())?;
+        for run in m.runs.iter().filter(|r| r.status == "ok") {
+            for s in run.steps.iter().filter(|s| s.num_decode == s.num_requests && s.num_requests > 0) {
+                let measured_us = (s.end_s - s.start_s) * 1e6;
+                let gpu_us = p.step_time(&decode_step_batch(s)).total_us;
+                if gpu_us < 0.5 * measured_us {
+                    rows.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64], measured_us));
+                }
+            }
+        }
+    }
+    if rows.len() < 10 {
+        bail!("only {} host-bound decode steps in the calibration traces; need at least 10", rows.len());
+    }
+    let coef = nonneg_least_squares(&rows);
+    Ok(HostOverhead {
+        launch_per_layer_us: coef[0],
+        per_step_us: coef[1],
+        per_seq_us: coef[2],
+        per_token_us: 0.0,
+        source: format!(
+            "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {})",
+            rows.len(),
+            CALIBRATION_FAMILIES.join(", "),
+            tier.as_str()
+        ),
+    })
+}
+
+fn zero_host() -> HostOverhead {
+    HostOverhead { per_step_us: 0.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 0.0, source: "none".into() }
+}
+
+/// Ordinary least squares on 3 features, refitting without any coefficient that comes out
+/// negative (an overhead cannot be negative).
+fn nonneg_least_squares(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+    let mut active = [true; 3];
+    loop {
+        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+        let k = idx.len();
+        let mut a = vec![vec![0.0; k + 1]; k];
+        for (x, y) in rows {
+            for (r, &i) in idx.iter().enumerate() {
+                for (c, &j) in idx.iter().enumerate() {
+                    a[r][c] += x[i] * x[j];
+                }
+                a[r][k] += x[i] * y;
+            }
+        }
+        let sol = solve(a);
+        let mut coef = [0.0; 3];
+        for (r, &i) in idx.iter().enumerate() {
+            coef[i] = sol[r];
+        }
+        match idx.iter().find(|&&i| coef[i] < 0.0) {
+            Some(&i) => active[i] = false,
+            None => return coef,
+        }
+        if !active.iter().any(|&a| a) {
+            return [0.0; 3];
+        }
+    }
+}
+
+/// Gaussian elimination with partial pivoting on an augmented matrix.
+fn solve(mut a: Vec<Vec<f64>>) -> Vec<f64> {
+    let n = a.len();
+    for c in 0..n {
+        let p = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs())).unwrap();
+        a.swap(c, p);
+        if a[c][c].abs() < 1e-12 {
+            continue;
+        }
+        for r in 0..n {
+            if r != c {
+                let f = a[r][c] / a[c][c];
+                for k in c..=n {
+                    a[r][k] -= f * a[c][k];
+                }
+            }
+        }
+    }
+    (0..n).map(|i| if a[i][i].abs() < 1e-12 { 0.0 } else { a[i][n] / a[i][i] }).collect()
+}
+
+struct VecSource(std::vec::IntoIter<RequestSpec>);
+
+impl RequestSource for VecSource {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>> {
+        Ok(self.0.next())
+    }
+}
+
+/// Replays one run with the `hf` engine and returns the predicted metrics.
+pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<(BTreeMap<&'static str, f64>, String)> {
+    let p = predictor(&model.config, tier, host.clone())?;
+    let mut engine = EngineParams::load("hf")?;
+    engine.block_size = run.block_size;
+    engine.max_num_batched_tokens = run.max_batch_tokens;
+    engine.prefix_caching = run.prefix_sharing;
+    let cfg = SimConfig {
+        engine,
+        num_gpu_blocks: run.blocks_per_group,
+        max_model_len: model.config.max_context.min(u32::MAX as u64) as u32,
+        dp: 1,
+        pp: 1,
+        router: RouterKind::RoundRobin,
+        slo_ttft_ms: None,
+        slo_tpot_ms: None,
+    };
+    let mut source = VecSource(run.sent.clone().into_iter());
+    let outcome = crate::sim::run(&cfg, &p, &mut source, None, &mut NoObserver)?;
+    let s = Summary::new(&outcome, &cfg, p.describe());
+    let metrics = BTreeMap::from([
+        ("ttft_p50", s.ttft_ms.p50),
+        ("ttft_p90", s.ttft_ms.p90),
+        ("tpot_p50", s.tpot_ms.p50),
+        ("tpot_p90", s.tpot_ms.p90),
+        ("itl_p50", s.itl_ms.p50),
+        ("itl_p90", s.itl_ms.p90),
+        ("throughput", s.throughput_tok_s),
+    ]);
+    Ok((metrics, p.describe()))
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub model: String,
+    pub run: String,
+    pub split: &'static str,
+    pub tier: &'static str,
+    pub measured: BTreeMap<&'static str, f64>,
+    pub predicted: BTreeMap<&'static str, f64>,
+    pub ape: BTreeMap<&'static str, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TracesReport {
+    pub host_fits: BTreeMap<&'static str, HostOverhead>,
+    pub kernel_models: BTreeMap<&'static str, String>,
+    pub runs: Vec<RunResult>,
+    /// tier -> split -> metric -> error statistics over runs.
+    pub summary: BTreeMap<&'static str, BTreeMap<&'static str, BTreeMap<&'static str, ErrorStats>>>,
+    /// Runs left out of the error table, with why.
+    pub excluded: Vec<(String, String)>,
+}
+
+/// Replays every complete run under each tier and aggregates the errors.
+pub fn validate(dir: &Path, tiers: &[Tier]) -> Result<TracesReport> {
+    let models = load_dir(dir)?;
+    let mut report = TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![] };
+    for m in &models {
+        for r in m.runs.iter().filter(|r| r.status != "ok") {
+            report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
+        }
+    }
+    for &tier in tiers {
+        let host = fit_host(&models, tier)?;
+        for m in &models {
+            for run in m.runs.iter().filter(|r| r.status == "ok") {
+                let (predicted, describe) = replay(m, run, tier, &host)?;
+                report.kernel_models.insert(tier.as_str(), describe);
+                let measured = measured_metrics(run);
+                let apes = METRICS.iter().map(|&k| (k, ape(predicted[k], measured[k]))).collect();
+                report.runs.push(RunResult {
+                    model: m.label.clone(),
+                    run: run.key.clone(),
+                    split: if m.is_calibration() { "calibration" } else { "held-out" },
+                    tier: tier.as_str(),
+                    measured,
+                    predicted,
+                    ape: apes,
+                });
+            }
+        }
+        report.host_fits.insert(tier.as_str(), host);
+        for split in ["calibration", "held-out"] {
+            let rows: Vec<&RunResult> = report.runs.iter().filter(|r| r.tier == tier.as_str() && r.split == split).collect();
+            let per_metric = METRICS.iter().map(|&k| (k, ErrorStats::of(&rows.iter().map(|r| r.ape[k]).collect::<Vec<_>>()))).collect();
+            report.summary.entry(tier.as_str()).or_default().insert(split, per_metric);
+        }
+    }
+    Ok(report)
+}
+
+impl TracesReport {
+    pub fn render(&self) -> String {
+        let mut s = String::from("H200 traces (transformers continuous batching, engine profile `hf`): APE % over runs\n");
+        for (tier, host) in &self.host_fits {
+            s += &format!(
+                "  host model [{tier}]: {:.0} us/step + {:.0} us/seq, eager launches {:.0} us/layer ({})\n",
+                host.per_step_us, host.per_seq_us, host.launch_per_layer_us, host.source
+            );
+        }
+        for (tier, describe) in &self.kernel_models {
+            s += &format!("  kernel model [{tier}]: {describe}\n");
+        }
+        s += &format!("\n  {:<10} {:<12} {:<11} {:>5} {:>9} {:>9} {:>9}\n", "tier", "split", "metric", "runs", "median", "p90", "max");
+        for (tier, splits) in &self.summary {
+            for (split, metrics) in splits {
+                for (metric, e) in metrics {
+                    s += &format!("  {:<10} {:<12} {:<11} {:>5} {:>9.1} {:>9.1} {:>9.1}\n", tier, split, metric, e.count, e.median_ape, e.p90_ape, e.max_ape);
+                }
+            }
+        }
+        s += "\n  worst held-out runs (by TPOT p50 APE):\n";
+        let mut held: Vec<&RunResult> = self.runs.iter().filter(|r| r.split == "held-out").collect();
+        held.sort_by(|a, b| b.ape["tpot_p50"].total_cmp(&a.ape["tpot_p50"]));
+        for r in held.iter().take(5) {
+            s += &format!(
+                "    [{}] {} {}: TPOT p50 measured {:.1} ms predicted {:.1} ms; TTFT p50 {:.0} vs {:.0} ms\n",
+                r.tier, r.model, r.run, r.measured["tpot_p50"], r.predicted["tpot_p50"], r.measured["ttft_p50"], r.predicted["ttft_p50"]
+            );
+        }
+        for (run, why) in &self.excluded {
+            s += &format!("  excluded {run}: {why}\n");
+        }
+        s
+    }
+
+    pub fn write_csv(&self, path: &Path) -> Result<()> {
+        let mut w = csv::Writer::from_path(path).with_context(|| format!("creating {}", path.display()))?;
+        w.write_record(["model", "run", "split", "tier", "metric", "measured", "predicted", "ape_pct"])?;
+        for r in &self.runs {
+            for k in METRICS {
+                w.write_record([r.model.as_str(), &r.run, r.split, r.tier, k, &format!("{:.4}", r.measured[k]), &format!("{:.4}", r.predicted[k]), &format!("{:.2}", r.ape[k])])?;
+            }
+        }
+        w.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_squares_recovers_known_coefficients() {
+        // y = 300 x0 + 40000 + 0 x2 (a negative true coefficient would be dropped).
+        let rows: Vec<([f64; 3], f64)> = (0..20).map(|i| {
+            let x = [2.0 + i as f64, 1.0, (i % 5) as f64];
+            (x, 300.0 * x[0] + 40_000.0)
+        }).collect();
+        let c = nonneg_least_squares(&rows);
+        assert!((c[0] - 300.0).abs() < 1e-6 && (c[1] - 40_000.0).abs() < 1e-3 && c[2].abs() < 1e-6, "{c:?}");
+        let rows2: Vec<([f64; 3], f64)> = rows.iter().map(|(x, y)| (*x, y - 50.0 * x[2])).collect();
+        assert_eq!(nonneg_least_squares(&rows2)[2], 0.0);
+    }
+}

@@ -1,0 +1,94 @@
+//! Host (CPU) overhead of an engine step: scheduling, input preparation, kernel launches and
+//! sampling bookkeeping that the GPU does not hide. Parameters per engine live in
+//! `calibration/host/<engine>.json` (fitted on end-to-end traces) and are embedded.
+
+use anyhow::{anyhow, bail, Result};
+use serde::{Deserialize, Serialize};
+
+include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostOverhead {
+    /// Fixed CPU time per step that no GPU work overlaps (scheduler, sync, bookkeeping).
+    pub per_step_us: f64,
+    pub per_seq_us: f64,
+    pub per_token_us: f64,
+    /// Eager engines launch each layer's kernels from Python while the GPU runs: the step
+    /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
+    #[serde(default)]
+    pub launch_per_layer_us: f64,
+    /// Where the figures come from.
+    #[serde(default)]
+    pub source: String,
+}
+
+impl Default for HostOverhead {
+    /// A CUDA-graph engine's few hundred microseconds per step; used when an engine has no
+    /// fitted file (documented in `docs/ARCHITECTURE.md`).
+    fn default() -> Self {
+        HostOverhead {
+            per_step_us: 250.0,
+            per_seq_us: 2.0,
+            per_token_us: 0.05,
+            launch_per_layer_us: 0.0,
+            source: "default placeholder (not fitted)".into(),
+        }
+    }
+}
+
+impl HostOverhead {
+    /// Step wall time from the GPU time of its kernels.
+    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_seqs: usize, num_tokens: u64) -> f64 {
+        let launch = self.launch_per_layer_us * num_layers as f64;
+        gpu_us.max(launch) + self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
+    }
+
+    pub fn validate(&self, origin: &str) -> Result<()> {
+        for (name, v) in [
+            ("per_step_us", self.per_step_us),
+            ("per_seq_us", self.per_seq_us),
+            ("per_token_us", self.per_token_us),
+            ("launch_per_layer_us", self.launch_per_layer_us),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The fitted host model of `engine` if one ships, else the default.
+    pub fn for_engine(engine: &str) -> Result<HostOverhead> {
+        let file = format!("host/{engine}.json");
+        match EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == file) {
+            Some((_, text)) => {
+                let origin = format!("calibration/{file}");
+                let h: HostOverhead = serde_json::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+                h.validate(&origin)?;
+                Ok(h)
+            }
+            None => Ok(HostOverhead::default()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eager_launch_bound_steps_take_the_longer_of_cpu_and_gpu() {
+        let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, source: String::new() };
+        // 32 layers x 500 us = 16 ms of launches hide a 5 ms GPU step ...
+        assert_eq!(h.step_us(5_000.0, 32, 1, 1), 16_100.0);
+        // ... but not a 40 ms one.
+        assert_eq!(h.step_us(40_000.0, 32, 1, 1), 40_100.0);
+    }
+
+    #[test]
+    fn negative_fields_are_rejected() {
+        let h = HostOverhead { per_seq_us: -1.0, ..HostOverhead::default() };
+        assert!(h.validate("x.json").unwrap_err().to_string().contains("per_seq_us"));
+    }
+}

@@ -1,0 +1,263 @@
+//! The evaluator backed by the discrete-event simulator: one engine per replica with the
+//! candidate's limits, KV blocks from the memory plan, step times from the predictor.
+//!
+//! Disaggregated candidates run two simulations: the prefill pool computes each prompt and
+//! one token; the KV cache then travels to the decode pool (prompt tokens x KV bytes per
+//! token per GPU over one GPU's link, NVLink when both pools fit in one node, else the
+//! scale-out network; every GPU of a replica sends its own shard in parallel); the decode
+//! pool admits the request with its prompt already in KV and generates every output token.
+
+use super::candidate::Candidate;
+use super::evaluate::{Evaluator, Outcome, Quantiles};
+use crate::hardware::GpuSpec;
+use crate::kernels::memory;
+use crate::model::ModelConfig;
+use crate::perf::host::HostOverhead;
+use crate::perf::predictor::{kernel_model_for, Predictor};
+use crate::perf::{SeqWork, StepCost, StepTimeModel, Tier};
+use crate::sim::engine::EngineParams;
+use crate::sim::metrics::Histogram;
+use crate::sim::record::{RequestRecord, SimObserver, StepRecord};
+use crate::sim::router::RouterKind;
+use crate::sim::{self, SimConfig};
+use crate::workload::{RequestSource, RequestSpec, Sharing, WorkloadSpec};
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::{BTreeMap, HashMap};
+
+pub struct SimEvaluator {
+    pub model: ModelConfig,
+    /// Every GPU a candidate may name, by id.
+    pub gpus: BTreeMap<String, GpuSpec>,
+    /// Scheduler policy and defaults; each candidate overrides the two limits.
+    pub engine: EngineParams,
+    pub tier: Tier,
+    pub router: RouterKind,
+    /// CPU-side step costs of the engine (as `simulate` uses them).
+    pub host: HostOverhead,
+}
+
+fn quantiles(h: &Histogram, pct: f64) -> Quantiles {
+    let q = |p: f64| if h.count() == 0 { f64::NAN } else { h.quantile(p) * 1e-3 };
+    Quantiles { p50: q(0.5), p90: q(0.9), p99: q(0.99), at_slo: q(pct / 100.0) }
+}
+
+/// Tracks the most sequences in one step and, when asked, keeps every request record.
+#[derive(Default)]
+struct Watch {
+    peak_seqs: u32,
+    keep: bool,
+    records: Vec<RequestRecord>,
+}
+impl SimObserver for Watch {
+    fn on_request(&mut self, r: &RequestRecord) -> Result<()> {
+        if self.keep {
+            self.records.push(r.clone());
+        }
+        Ok(())
+    }
+    fn on_step(&mut self, s: &StepRecord) -> Result<()> {
+        self.peak_seqs = self.peak_seqs.max(s.num_seqs);
+        Ok(())
+    }
+}
+
+/// The workload's requests with one output token each (the prefill pool's share).
+struct PrefillShare {
+    inner: Box<dyn RequestSource>,
+    outputs: HashMap<u64, u32>,
+}
+impl RequestSource for PrefillShare {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>> {
+        let Some(mut r) = self.inner.next_request()? else { return Ok(None) };
+        self.outputs.insert(r.id, r.output_tokens);
+        r.output_tokens = 1;
+        r.prefix_tokens = r.prefix_tokens.min(r.prompt_tokens);
+        Ok(Some(r))
+    }
+}
+
+/// Requests from a list already in arrival order.
+struct Listed(std::vec::IntoIter<RequestSpec>);
+impl RequestSource for Listed {
+    fn next_request(&mut self) -> Result<Option<RequestSpec>> {
+        Ok(self.0.next())
+    }
+}
+
+/// Decode-pool timing: a sequence entering with several new tokens carries KV computed by
+/// the prefill pool, so its step costs one decode token at its full context.
+struct ReceivedKv<'a>(&'a dyn StepTimeModel);
+impl StepTimeModel for ReceivedKv<'_> {
+    fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
+        let mapped: Vec<SeqWork> = seqs
+            .iter()
+            .map(|s| SeqWork { new_tokens: 1, cached_tokens: s.cached_tokens + s.new_tokens - 1 })
+            .collect();
+        self.0.step_time(&mapped)
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+impl SimEvaluator {
+    /// Evaluator for `model` on `gpus` under `engine`, with that engine's host overhead.
+    pub fn new(model: ModelConfig, gpus: &[GpuSpec], engine: EngineParams, tier: Tier, router: RouterKind) -> Result<SimEvaluator> {
+        let host = HostOverhead::for_engine(&engine.name)?;
+        Ok(SimEvaluator { model, gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(), engine, tier, router, host })
+    }
+
+    fn gpu(&self, id: &str) -> Result<&GpuSpec> {
+        self.gpus.get(id).ok_or_else(|| anyhow!("candidate names GPU '{id}' that the planner did not load"))
+    }
+
+    /// Engine, KV blocks and predictor of one replica of `c`.
+    fn replica_setup(&self, c: &Candidate, workload: &WorkloadSpec) -> Result<(EngineParams, u32, Predictor)> {
+        let gpu = self.gpu(&c.gpu)?;
+        let engine = EngineParams {
+            max_num_seqs: c.limits.max_num_seqs,
+            max_num_batched_tokens: c.limits.max_num_batched_tokens,
+            // Without shared prefixes no lookup can hit, so the cache changes nothing but
+            // costs hashing on every block: leave it off (same run, faster).
+            prefix_caching: self.engine.prefix_caching && shares_prefixes(workload),
+            ..self.engine.clone()
+        };
+        let dep = c.replica();
+        let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
+        let blocks = (plan.kv_capacity_tokens / engine.block_size as u64).min(u32::MAX as u64) as u32;
+        if blocks == 0 {
+            bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
+        }
+        let (km, _) = kernel_model_for(gpu, self.tier)?;
+        Ok((engine, blocks, Predictor::with_kernel_model(&self.model, gpu, &dep, km).with_host_overhead(self.host.clone())))
+    }
+
+    fn config(&self, engine: EngineParams, blocks: u32, dp: u64, pp: u64) -> SimConfig {
+        SimConfig {
+            engine,
+            num_gpu_blocks: blocks,
+            max_model_len: self.model.max_context.min(u32::MAX as u64) as u32,
+            dp: dp as u32,
+            pp: pp as u32,
+            router: self.router,
+            slo_ttft_ms: None,
+            slo_tpot_ms: None,
+        }
+    }
+
+    fn colocated(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
+        let (engine, blocks, pred) = self.replica_setup(c, workload)?;
+        let cfg = self.config(engine, blocks, c.dep.dp, c.dep.pp);
+        let mut source = workload.build()?;
+        let mut watch = Watch::default();
+        let out = sim::run(&cfg, &pred, source.as_mut(), None, &mut watch)?;
+        let r = &out.rec;
+        check_rejections(&r.rejected)?;
+        let duration_s = r.last_finish_us * 1e-6;
+        Ok(Outcome {
+            ttft_ms: quantiles(&r.ttft_us, pct),
+            tpot_ms: quantiles(&r.tpot_us, pct),
+            e2e_ms: quantiles(&r.e2e_us, pct),
+            requests: r.completed,
+            output_tokens_per_s: if duration_s > 0.0 { r.output_tokens as f64 / duration_s } else { 0.0 },
+            peak_running_seqs: watch.peak_seqs,
+            predicted_by: pred.describe(),
+        })
+    }
+
+    fn disaggregated(&self, c: &Candidate, prefill: u64, decode: u64, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
+        let gpu = self.gpu(&c.gpu)?;
+        let (engine, blocks, pred) = self.replica_setup(c, workload)?;
+        // Prefill pool: prompts and their first token.
+        let mut share = PrefillShare { inner: workload.build()?, outputs: HashMap::new() };
+        let mut done = Watch { keep: true, ..Watch::default() };
+        let cfg = self.config(engine.clone(), blocks, prefill, c.dep.pp);
+        let out = sim::run(&cfg, &pred, &mut share, None, &mut done).context("prefill pool")?;
+        check_rejections(&out.rec.rejected).context("prefill pool")?;
+        // Decode pool: each request arrives once its KV has landed.
+        let mut arrivals: Vec<(f64, RequestRecord)> =
+            std::mem::take(&mut done.records).into_iter().map(|r| (r.finish_s + kv_transfer_s(&self.model, c, gpu, r.prompt_tokens), r)).collect();
+        arrivals.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
+        let mut origin: HashMap<u64, f64> = HashMap::with_capacity(arrivals.len());
+        let mut max_prompt = 0u32;
+        let specs: Vec<RequestSpec> = arrivals
+            .iter()
+            .map(|(t, r)| {
+                origin.insert(r.id, r.arrival_s);
+                max_prompt = max_prompt.max(r.prompt_tokens);
+                RequestSpec {
+                    id: r.id,
+                    arrival_s: *t,
+                    prompt_tokens: r.prompt_tokens,
+                    output_tokens: share.outputs[&r.id],
+                    prefix_group: None,
+                    prefix_tokens: 0,
+                }
+            })
+            .collect();
+        // A received prompt needs no compute, so it must not be chunked by the token budget.
+        let budget = engine.max_num_batched_tokens.max(max_prompt.saturating_add(engine.max_num_seqs));
+        let cfg = self.config(EngineParams { max_num_batched_tokens: budget, ..engine }, blocks, decode, c.dep.pp);
+        let mut decoded = Watch { keep: true, ..Watch::default() };
+        let out = sim::run(&cfg, &ReceivedKv(&pred), &mut Listed(specs.into_iter()), None, &mut decoded).context("decode pool")?;
+        check_rejections(&out.rec.rejected).context("decode pool")?;
+        let (mut ttft, mut tpot, mut e2e) = (Histogram::default(), Histogram::default(), Histogram::default());
+        let (mut tokens, mut end_s) = (0u64, 0.0f64);
+        for r in &decoded.records {
+            let arrived = origin[&r.id];
+            ttft.add((r.arrival_s + r.ttft_ms * 1e-3 - arrived) * 1e6);
+            e2e.add((r.finish_s - arrived) * 1e6);
+            if let Some(t) = r.tpot_ms {
+                tpot.add(t * 1e3);
+            }
+            tokens += r.output_tokens as u64;
+            end_s = end_s.max(r.finish_s);
+        }
+        Ok(Outcome {
+            ttft_ms: quantiles(&ttft, pct),
+            tpot_ms: quantiles(&tpot, pct),
+            e2e_ms: quantiles(&e2e, pct),
+            requests: decoded.records.len() as u64,
+            output_tokens_per_s: if end_s > 0.0 { tokens as f64 / end_s } else { 0.0 },
+            peak_running_seqs: done.peak_seqs.max(decoded.peak_seqs),
+            predicted_by: pred.describe(),
+        })
+    }
+}
+
+/// Seconds to move `prompt_tokens` of KV from a prefill replica to a decode replica of `c`:
+/// each GPU sends its shard over its own link, NVLink when all of `c` fits in one node,
+/// otherwise the scale-out network.
+pub fn kv_transfer_s(model: &ModelConfig, c: &Candidate, gpu: &GpuSpec, prompt_tokens: u32) -> f64 {
+    let bytes = memory::kv_bytes_per_token_per_gpu(model, &c.replica()) * prompt_tokens as f64;
+    let link_bytes_per_s = if c.total_gpus() <= gpu.interconnect.gpus_per_node as u64 {
+        gpu.scaleup_bytes_per_s()
+    } else {
+        gpu.interconnect.scaleout_gbps_per_dir * 1e9
+    };
+    bytes / link_bytes_per_s
+}
+
+/// Whether requests of `w` can share KV (prefix groups, sessions, or a replayed trace that
+/// may name groups).
+pub fn shares_prefixes(w: &WorkloadSpec) -> bool {
+    w.trace.is_some() || w.sharing != Sharing::None
+}
+
+/// A rejected request means the candidate cannot serve the workload at all.
+fn check_rejections(rejected: &BTreeMap<&'static str, u64>) -> Result<()> {
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let parts: Vec<String> = rejected.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    bail!("requests rejected: {}", parts.join(", "))
+}
+
+impl Evaluator for SimEvaluator {
+    fn evaluate(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
+        match c.disagg {
+            None => self.colocated(c, workload, pct),
+            Some(s) => self.disaggregated(c, s.prefill_replicas, s.decode_replicas, workload, pct),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Discrete-event serving simulator: requests arrive, a router spreads them over data-parallel
+//! replicas, each replica's scheduler forms batches, the step-time model says how long each
+//! batch takes, and completions free KV blocks and produce tokens.
+//!
+//! Invariants (each guarded by a test): simulated time never goes back; every admitted request
+//! finishes exactly once with exactly its output tokens, or is rejected with a reason; KV blocks
+//! are never over-allocated and none are held at the end; same inputs give the same outputs.
+
+pub mod engine;
+pub mod events;
+pub mod kv;
+pub mod metrics;
+pub mod record;
+pub mod replica;
+pub mod request;
+pub mod router;
+pub mod summary;
+
+use crate::perf::StepTimeModel;
+use crate::workload::{RequestSource, RequestSpec};
+use anyhow::{bail, Result};
+use engine::EngineParams;
+use events::{Event, EventQueue};
+use record::{Recorder, RequestRecord, SimObserver, StepRecord};
+use replica::Replica;
+use request::Req;
+use router::{Router, RouterKind};
+
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub engine: EngineParams,
+    /// KV blocks of `engine.block_size` tokens per replica.
+    pub num_gpu_blocks: u32,
+    /// Longest sequence (prompt + output) the model serves.
+    pub max_model_len: u32,
+    /// Data-parallel replicas.
+    pub dp: u32,
+    /// Pipeline stages: up to `pp` batches in flight per replica.
+    pub pp: u32,
+    pub router: RouterKind,
+    pub slo_ttft_ms: Option<f64>,
+    pub slo_tpot_ms: Option<f64>,
+}
+
+impl SimConfig {
+    pub fn validate(&self) -> Result<()> {
+        self.engine.validate()?;
+        if self.num_gpu_blocks == 0 {
+            bail!("the KV cache has no blocks (--num-gpu-blocks must be at least 1)");
+        }
+        if self.dp == 0 || self.pp == 0 {
+            bail!("dp and pp must be at least 1");
+        }
+        if self.max_model_len == 0 {
+            bail!("max model length must be at least 1");
+        }
+        for (name, v) in [("--slo-ttft-ms", self.slo_ttft_ms), ("--slo-tpot-ms", self.slo_tpot_ms)] {
+            if let Some(v) = v {
+                if !(v > 0.0 && v.is_finite()) {
+                    bail!("{name} must be a positive number of milliseconds, got {v}");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a run leaves: the aggregates (requests themselves went to the observer).
+pub struct Outcome {
+    pub rec: Recorder,
+    pub num_requests: u64,
+    pub end_us: f64,
+    /// Integral over time of the KV fraction in use, averaged over replicas (seconds).
+    pub kv_frac_s: f64,
+}
+
+/// Why a request can never be served, if so.
+fn reject_reason(spec: &RequestSpec, cfg: &SimConfig, rep: &Replica) -> Option<&'static str> {
+    let total = spec.prompt_tokens as u64 + spec.output_tokens as u64;
+    if total > cfg.max_model_len as u64 {
+        return Some("exceeds_context");
+    }
+    if rep.blocks_for(spec.prompt_tokens, spec.output_tokens) > cfg.num_gpu_blocks as u64 {
+        return Some("exceeds_kv_cache");
+    }
+    // Without chunked prefill a whole (re)computation must fit one step's token budget.
+    if !cfg.engine.chunked_prefill && total > cfg.engine.max_num_batched_tokens as u64 {
+        return Some("exceeds_batch_tokens");
+    }
+    None
+}
+
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    model: &'a dyn StepTimeModel,
+    q: EventQueue,
+    replicas: Vec<Replica>,
+    rec: Recorder,
+    kv_frac_s: f64,
+}
+
+impl Sim<'_> {
+    fn kick(&mut self, r: u32, now_us: f64) {
+        let rep = &mut self.replicas[r as usize];
+        if !rep.kick_pending {
+            rep.kick_pending = true;
+            self.q.push(now_us, Event::Kick { replica: r });
+        }
+    }
+
+    /// Starts a step on replica `r` if a stage is free and there is work.
+    fn try_start(&mut self, r: u32, now_us: f64, obs: &mut dyn SimObserver) -> Result<()> {
+        let pp = self.cfg.pp;
+        let rep = &mut self.replicas[r as usize];
+        rep.kick_pending = false;
+        if rep.in_flight >= pp || rep.stage_free_us > now_us {
+            return Ok(());
+        }
+        let mut tag = rep.schedule(&mut self.rec, now_us);
+        if tag.is_none() && rep.in_flight == 0 && rep.has_work() {
+            // A step that only preempted freed blocks: admission can go ahead now.
+            tag = rep.schedule(&mut self.rec, now_us);
+            if tag.is_none() {
+                bail!(
+                    "scheduler stalled on replica {r} at t={:.6} s: {} running, {} waiting, {} of {} KV blocks free",
+                    now_us * 1e-6,
+                    rep.running.len(),
+                    rep.waiting.len(),
+                    rep.pool.num_free(),
+                    rep.pool.num_blocks()
+                );
+            }
+        }
+        let Some(tag) = tag else { return Ok(()) };
+        let cost = self.model.step_time(&rep.work);
+        let t_us = cost.total_us;
+        if !(t_us > 0.0 && t_us.is_finite()) {
+            bail!("the step-time model returned {t_us} us for a batch of {} sequences", rep.work.len());
+        }
+        let tokens: u64 = rep.work.iter().map(|w| w.new_tokens as u64).sum();
+        self.q.push(now_us + t_us, Event::StepDone { replica: r, batch: tag });
+        rep.stage_free_us = now_us + t_us / pp as f64;
+        if pp > 1 {
+            self.q.push(rep.stage_free_us, Event::StageFree { replica: r });
+        }
+        let used_frac = rep.pool.num_used() as f64 / rep.pool.num_blocks() as f64;
+        self.rec.kv_peak_frac = self.rec.kv_peak_frac.max(used_frac);
+        let dp = self.cfg.dp as f64;
+        // With pipelining, a replica's KV use is sampled once per stage interval.
+        let interval_s = t_us / pp as f64 * 1e-6;
+        self.kv_frac_s += used_frac * interval_s / dp;
+        let b = self.rec.series.at(now_us * 1e-6);
+        b.kv_used_frac_s += used_frac * interval_s / dp;
+        b.busy_s += interval_s / dp;
+        self.rec.step(&cost, rep.work.len(), tokens);
+        obs.on_step(&StepRecord { replica: r, start_us: now_us, cost: &cost, num_seqs: rep.work.len() as u32, num_tokens: tokens as u32 })?;
+        Ok(())
+    }
+}
+
+/// Runs the whole workload. `concurrency`: closed loop with that many clients (arrival times
+/// in the workload are then ignored). Per-request records go to `obs` as requests end.
+pub fn run(
+    cfg: &SimConfig,
+    model: &dyn StepTimeModel,
+    source: &mut dyn RequestSource,
+    concurrency: Option<u32>,
+    obs: &mut dyn SimObserver,
+) -> Result<Outcome> {
+    cfg.validate()?;
+    let replicas = (0..cfg.dp).map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks)).collect();
+    let mut sim = Sim {
+        cfg,
+        model,
+        q: EventQueue::default(),
+        replicas,
+        rec: Recorder::new(cfg.slo_ttft_ms.map(|v| v * 1e3), cfg.slo_tpot_ms.map(|v| v * 1e3)),
+        kv_frac_s: 0.0,
+    };
+    let mut router = Router::new(cfg.router, cfg.dp);
+    match concurrency {
+        Some(c) => {
+            for client in 0..c {
+                let Some(spec) = source.next_request()? else { break };
+                sim.q.push(0.0, Event::Arrival { spec, client });
+            }
+        }
+        None => {
+            if let Some(spec) = source.next_request()? {
+                sim.q.push(spec.arrival_s * 1e6, Event::Arrival { spec, client: 0 });
+            }
+        }
+    }
+    let mut num_requests = 0u64;
+    let mut arrived_tokens = 0u64;
+    let mut finished = Vec::new();
+    while let Some((now_us, ev)) = sim.q.pop() {
+        match ev {
+            Event::Arrival { spec, client } => {
+                num_requests += 1;
+                arrived_tokens += spec.prompt_tokens as u64 + spec.output_tokens as u64;
+                if concurrency.is_none() {
+                    if let Some(next) = source.next_request()? {
+                        let t = next.arrival_s * 1e6;
+                        if t < now_us {
+                            bail!("request {} arrives at {} s, before the previous one; arrivals must be sorted", next.id, next.arrival_s);
+                        }
+                        sim.q.push(t, Event::Arrival { spec: next, client: 0 });
+                    }
+                }
+                let r = router.pick(&spec, &sim.replicas);
+                let rep = &mut sim.replicas[r as usize];
+                if let Some(reason) = reject_reason(&spec, cfg, rep) {
+                    sim.rec.reject(RequestRecord {
+                        id: spec.id,
+                        replica: r,
+                        arrival_s: now_us * 1e-6,
+                        prompt_tokens: spec.prompt_tokens,
+                        output_tokens: spec.output_tokens,
+                        cached_tokens: 0,
+                        queue_ms: f64::NAN,
+                        ttft_ms: f64::NAN,
+                        tpot_ms: None,
+                        e2e_ms: f64::NAN,
+                        finish_s: now_us * 1e-6,
+                        preemptions: 0,
+                        rejected: Some(reason),
+                        client,
+                    });
+                } else {
+                    router.assigned(&spec, r);
+                    let table = rep.table();
+                    rep.waiting.push_back(Req::new(&spec, now_us, client, table));
+                    sim.kick(r, now_us);
+                }
+            }
+            Event::StepDone { replica, batch } => {
+                sim.replicas[replica as usize].complete(batch, now_us, &mut sim.rec);
+                sim.kick(replica, now_us);
+            }
+            Event::StageFree { replica } => sim.kick(replica, now_us),
+            Event::Kick { replica } => {
+                sim.try_start(replica, now_us, obs)?;
+                // Every step computes at least one token; a run needing far more steps than it
+                // has tokens is cycling (e.g. preempting and readmitting forever): stop, don't hang.
+                if sim.rec.steps > 10_000 + 64 * arrived_tokens {
+                    bail!(
+                        "no progress: {} steps for {} tokens of {} requests by t={:.3} s ({} preemptions); the KV cache is too small for this engine's admission policy",
+                        sim.rec.steps, arrived_tokens, num_requests, now_us * 1e-6, sim.rec.preemptions
+                    );
+                }
+            }
+        }
+        if !sim.rec.finished.is_empty() {
+            std::mem::swap(&mut finished, &mut sim.rec.finished);
+            for r in finished.drain(..) {
+                obs.on_request(&r)?;
+                if concurrency.is_some() {
+                    if let Some(spec) = source.next_request()? {
+                        sim.q.push(now_us, Event::Arrival { spec, client: r.client });
+                    }
+                }
+            }
+        }
+    }
+    for rep in &sim.replicas {
+        if rep.has_work() {
+            bail!("simulation ended with {} running and {} waiting requests on replica {}", rep.running.len(), rep.waiting.len(), rep.idx);
+        }
+        if rep.pool.total_refs() != 0 {
+            bail!("replica {} leaked KV blocks: {} references held at the end", rep.idx, rep.pool.total_refs());
+        }
+    }
+    let end_us = sim.q.now_us();
+    Ok(Outcome { rec: sim.rec, num_requests, end_us, kv_frac_s: sim.kv_frac_s })
+}

@@ -1,0 +1,350 @@
+//! One engine replica: its queues, KV block pool and scheduling policy (what runs in the next
+//! step), and what happens when a step ends (tokens out, blocks cached, requests finished).
+
+use super::engine::{EngineParams, Policy};
+use super::kv::{is_shared_key, BlockId, BlockPool};
+use super::record::{Recorder, RequestRecord};
+use super::request::Req;
+use crate::perf::SeqWork;
+use std::collections::VecDeque;
+
+pub struct Replica {
+    pub idx: u32,
+    params: EngineParams,
+    pub pool: BlockPool,
+    /// Admitted requests in admission order (preemption takes from the back).
+    pub running: Vec<Req>,
+    pub waiting: VecDeque<Req>,
+    /// Batches in flight (up to `pp` with pipeline parallelism).
+    pub in_flight: u32,
+    next_batch: u32,
+    /// When the first pipeline stage can take the next batch.
+    pub stage_free_us: f64,
+    pub kick_pending: bool,
+    /// The batch being formed (reused, no allocation per step).
+    pub work: Vec<SeqWork>,
+    /// Static batching: KV lengths of finished sequences still computed as padding.
+    padding: Vec<u32>,
+    hit_buf: Vec<BlockId>,
+    spare_tables: Vec<Vec<BlockId>>,
+}
+
+#[inline]
+fn div_ceil(a: u32, b: u32) -> u32 {
+    a.div_ceil(b)
+}
+
+impl Replica {
+    pub fn new(idx: u32, params: EngineParams, num_blocks: u32) -> Replica {
+        let caching = params.prefix_caching && params.policy != Policy::Static;
+        Replica {
+            idx,
+            pool: BlockPool::new(num_blocks, caching),
+            params,
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            in_flight: 0,
+            next_batch: 0,
+            stage_free_us: 0.0,
+            kick_pending: false,
+            work: Vec::new(),
+            padding: Vec::new(),
+            hit_buf: Vec::new(),
+            spare_tables: Vec::new(),
+        }
+    }
+
+    /// Requests queued or running (the router's load measure).
+    pub fn load(&self) -> usize {
+        self.running.len() + self.waiting.len()
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// A fresh (recycled) block table.
+    pub fn table(&mut self) -> Vec<BlockId> {
+        self.spare_tables.pop().unwrap_or_default()
+    }
+
+    /// Grows request `i`'s block table to hold `n` more tokens. False when blocks run out.
+    fn grow(&mut self, i: usize, n: u32) -> bool {
+        let bs = self.params.block_size;
+        let r = &self.running[i];
+        let want = div_ceil(r.computed + n, bs) as usize;
+        let have = r.blocks.len();
+        if want <= have {
+            return true;
+        }
+        if (self.pool.num_free() as usize) < want - have {
+            return false;
+        }
+        for _ in have..want {
+            let b = self.pool.alloc().expect("counted free blocks");
+            self.running[i].blocks.push(b);
+        }
+        true
+    }
+
+    /// Frees a request's blocks, last block first so a sequence's tail is evicted first; the
+    /// table is kept in `prev_blocks` to find its own still-cached blocks on readmission.
+    fn free_blocks(&mut self, r: &mut Req) {
+        for &b in r.blocks.iter().rev() {
+            self.pool.release(b);
+        }
+        std::mem::swap(&mut r.blocks, &mut r.prev_blocks);
+        r.blocks.clear();
+        r.registered = 0;
+    }
+
+    /// Preempts running request `j` by recompute: blocks freed, back to the front of waiting.
+    fn preempt(&mut self, j: usize, rec: &mut Recorder) {
+        let mut r = self.running.remove(j);
+        self.free_blocks(&mut r);
+        r.computed = 0;
+        r.preemptions += 1;
+        rec.preemptions += 1;
+        self.waiting.push_front(r);
+    }
+
+    fn schedule_one(&mut self, i: usize, n: u32, tag: u32) {
+        let r = &mut self.running[i];
+        r.sched_new = n;
+        r.batch = tag;
+        self.work.push(SeqWork { new_tokens: n, cached_tokens: r.computed });
+    }
+
+    /// Schedules running requests (those `pick` accepts) in order under `budget`, preempting
+    /// from the back when blocks run out. Returns (budget left, whether anyone was preempted).
+    fn schedule_running(&mut self, mut budget: u32, tag: u32, pick: fn(&Req) -> bool, rec: &mut Recorder) -> (u32, bool) {
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let r = &self.running[i];
+            if r.sched_new > 0 || !pick(r) {
+                i += 1;
+                continue;
+            }
+            let n = (r.num_tokens() - r.computed).min(budget);
+            let mut fits = self.grow(i, n);
+            while !fits {
+                // The lowest-priority request is the most recently admitted one not in flight.
+                let Some(j) = self.running.iter().rposition(|x| x.sched_new == 0) else { break };
+                preempted = true;
+                self.preempt(j, rec);
+                if j == i {
+                    break;
+                }
+                fits = self.grow(i, n);
+            }
+            if !fits {
+                break;
+            }
+            self.schedule_one(i, n, tag);
+            budget -= n;
+            i += 1;
+        }
+        (budget, preempted)
+    }
+
+    /// Admits waiting requests FCFS while budget, sequence slots and blocks allow.
+    fn admit_waiting(&mut self, mut budget: u32, tag: u32, rec: &mut Recorder, now_us: f64) -> u32 {
+        let bs = self.params.block_size;
+        while budget > 0 && self.running.len() < self.params.max_num_seqs as usize {
+            let Some(front) = self.waiting.front() else { break };
+            let num_tokens = front.num_tokens();
+            // Prefix-cache hits: full blocks only, never the whole sequence (at least one token
+            // is computed so the step yields logits).
+            self.hit_buf.clear();
+            if self.pool.caching() {
+                let max_hit = (num_tokens - 1) / bs;
+                for j in 0..max_hit {
+                    let key = front.key(j, bs);
+                    let hit = if is_shared_key(key) {
+                        self.pool.lookup(key)
+                    } else {
+                        front.prev_blocks.get(j as usize).copied().filter(|&b| self.pool.holds(b, key))
+                    };
+                    match hit {
+                        Some(b) => self.hit_buf.push(b),
+                        None => break,
+                    }
+                }
+            }
+            let hit_tokens = self.hit_buf.len() as u32 * bs;
+            let remaining = num_tokens - hit_tokens;
+            if !self.params.chunked_prefill && remaining > budget {
+                break;
+            }
+            let n = remaining.min(budget);
+            // vLLM allocates for this step's tokens only. SGLang admits a request only if its
+            // whole prompt fits (so a chunked prefill never stalls half-way and starves decode);
+            // static batching reserves prompt + output up front.
+            let reserve_to = match self.params.policy {
+                Policy::Continuous => hit_tokens + n,
+                Policy::PrefillFirst => num_tokens,
+                Policy::Static => front.prompt + front.output,
+            };
+            let need = div_ceil(reserve_to, bs) as usize - self.hit_buf.len();
+            let hits_free = self.hit_buf.iter().filter(|&&b| self.pool.is_free(b)).count();
+            if (self.pool.num_free() as usize) < need + hits_free {
+                break;
+            }
+            let mut r = self.waiting.pop_front().expect("front exists");
+            for &b in &self.hit_buf {
+                self.pool.touch(b);
+                r.blocks.push(b);
+            }
+            for _ in 0..need {
+                r.blocks.push(self.pool.alloc().expect("counted free blocks"));
+            }
+            r.computed = hit_tokens;
+            r.registered = self.hit_buf.len() as u32;
+            rec.prefix_query_tokens += num_tokens as u64;
+            rec.prefix_hit_tokens += hit_tokens as u64;
+            if r.first_sched_us.is_nan() {
+                r.first_sched_us = now_us;
+                r.hit_tokens = hit_tokens;
+            }
+            self.running.push(r);
+            let i = self.running.len() - 1;
+            self.schedule_one(i, n, tag);
+            budget -= n;
+        }
+        budget
+    }
+
+    /// Forms the next batch into `self.work`; returns its tag, or None if nothing can run.
+    pub fn schedule(&mut self, rec: &mut Recorder, now_us: f64) -> Option<u32> {
+        self.work.clear();
+        let tag = self.next_batch;
+        let budget = self.params.max_num_batched_tokens;
+        match self.params.policy {
+            Policy::Continuous => {
+                let (left, preempted) = self.schedule_running(budget, tag, |_| true, rec);
+                // As vLLM: no new admissions in a step that had to preempt.
+                if !preempted {
+                    self.admit_waiting(left, tag, rec, now_us);
+                }
+            }
+            Policy::PrefillFirst => {
+                let (left, _) = self.schedule_running(budget, tag, Req::in_prefill, rec);
+                self.admit_waiting(left, tag, rec, now_us);
+                if self.work.is_empty() {
+                    self.schedule_running(u32::MAX, tag, |_| true, rec);
+                }
+            }
+            Policy::Static => {
+                if self.running.is_empty() {
+                    self.padding.clear();
+                    if self.in_flight == 0 {
+                        self.admit_waiting(budget, tag, rec, now_us);
+                    }
+                } else {
+                    self.schedule_running(u32::MAX, tag, |_| true, rec);
+                    // Padding rides along with the batch's live sequences, never alone (with
+                    // pipelining the live ones may all be in flight).
+                    let padding = if self.work.is_empty() { &mut [][..] } else { &mut self.padding[..] };
+                    for p in padding {
+                        self.work.push(SeqWork { new_tokens: 1, cached_tokens: *p });
+                        *p += 1;
+                    }
+                }
+            }
+        }
+        if self.work.is_empty() {
+            return None;
+        }
+        self.next_batch = self.next_batch.wrapping_add(1);
+        self.in_flight += 1;
+        Some(tag)
+    }
+
+    /// Applies batch `tag`, which ended at `now_us`: KV computed, full blocks cached, one
+    /// token for each sequence whose tokens are all computed, finished requests released.
+    pub fn complete(&mut self, tag: u32, now_us: f64, rec: &mut Recorder) {
+        self.in_flight -= 1;
+        let bs = self.params.block_size;
+        let now_s = now_us * 1e-6;
+        let mut out_tokens = 0u64;
+        let mut prompt_tokens = 0u64;
+        let mut any_done = false;
+        for i in 0..self.running.len() {
+            let done = {
+                let r = &mut self.running[i];
+                if r.sched_new > 0 && r.batch == tag {
+                    if r.in_prefill() {
+                        prompt_tokens += r.sched_new as u64;
+                    }
+                    r.computed += r.sched_new;
+                    r.sched_new = 0;
+                    let full = r.computed / bs;
+                    while r.registered < full {
+                        let key = r.key(r.registered, bs);
+                        self.pool.register(r.blocks[r.registered as usize], key);
+                        r.registered += 1;
+                    }
+                    if r.computed >= r.num_tokens() {
+                        r.generated += 1;
+                        out_tokens += 1;
+                        if r.first_token_us.is_nan() {
+                            r.first_token_us = now_us;
+                        } else {
+                            rec.itl(now_us - r.last_token_us);
+                        }
+                        r.last_token_us = now_us;
+                    }
+                    r.generated == r.output
+                } else {
+                    false
+                }
+            };
+            if done {
+                any_done = true;
+                let mut r = std::mem::take(&mut self.running[i].blocks);
+                let req = &self.running[i];
+                for &b in r.iter().rev() {
+                    self.pool.release(b);
+                }
+                r.clear();
+                self.spare_tables.push(r);
+                if self.params.pad_finished {
+                    self.padding.push(req.computed);
+                }
+                let e2e_ms = (now_us - req.arrival_us) * 1e-3;
+                let ttft_ms = (req.first_token_us - req.arrival_us) * 1e-3;
+                rec.output_tokens += req.output as u64;
+                rec.finish(RequestRecord {
+                    id: req.id,
+                    replica: self.idx,
+                    arrival_s: req.arrival_us * 1e-6,
+                    prompt_tokens: req.prompt,
+                    output_tokens: req.output,
+                    cached_tokens: req.hit_tokens,
+                    queue_ms: (req.first_sched_us - req.arrival_us) * 1e-3,
+                    ttft_ms,
+                    tpot_ms: (req.output > 1).then(|| (e2e_ms - ttft_ms) / (req.output - 1) as f64),
+                    e2e_ms,
+                    finish_s: now_s,
+                    preemptions: req.preemptions,
+                    rejected: None,
+                    client: req.client,
+                });
+            }
+        }
+        if any_done {
+            // One pass that keeps admission order (preemption priority).
+            self.running.retain(|r| r.generated < r.output);
+        }
+        rec.flush_itl();
+        let b = rec.series.at(now_s);
+        b.output_tokens += out_tokens;
+        b.prompt_tokens += prompt_tokens;
+    }
+
+    /// Blocks a request needs for its whole life (prompt + all but the last output token).
+    pub fn blocks_for(&self, prompt: u32, output: u32) -> u64 {
+        (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64)
+    }
+}

@@ -1,0 +1,125 @@
+//! Public-silicon validation (`e2e::silicon`): structure of the report, APE arithmetic,
+//! rows that cannot be simulated, bad input, and that `kernelsight simulate` reproduces a point.
+
+use kernelsight::e2e::silicon::{rows, run, stats::ape, validate_silicon};
+use kernelsight::perf::Tier;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const HEADER: &str = "id,backend,backend_version,model_path,system,mode,isl,osl,gemm_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms";
+
+fn csv_file(dir: &Path, lines: &[&str]) -> PathBuf {
+    let p = dir.join("silicon.csv");
+    let mut f = std::fs::File::create(&p).unwrap();
+    writeln!(f, "{HEADER}").unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+    p
+}
+
+/// Small Llama-3.1-8B points (short prompts and answers keep the debug build fast).
+const LOW_C: &str = "a,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,,4,1,1,,1,1,20.0,5.0";
+const HIGH_C: &str = "b,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,,64,1,1,,1,1,60.0,9.0";
+
+#[test]
+fn more_clients_give_a_longer_predicted_tpot_and_ape_is_relative_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = csv_file(dir.path(), &[LOW_C, HIGH_C]);
+    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    assert_eq!((rep.rows_read, rep.rows_simulated, rep.rows_not_simulated), (2, 2, 0));
+    let pred = |id: &str| rep.rows.iter().find(|r| r.row.id == id).unwrap().predictions["roofline"];
+    let (lo, hi) = (pred("a"), pred("b"));
+    // 64 sequences per decode step read 16x the KV and run 16x the tokens of 4: slower steps.
+    assert!(hi.tpot_ms > lo.tpot_ms, "{} vs {}", hi.tpot_ms, lo.tpot_ms);
+    assert!(hi.ttft_ms > lo.ttft_ms, "64 prompts at once take longer to prefill than 4");
+    // The group statistics are APEs of these two predictions against the file's numbers.
+    let apes = [ape(lo.tpot_ms, 5.0), ape(hi.tpot_ms, 9.0)];
+    let s = &rep.tiers["roofline"]["trtllm"].all.tpot;
+    assert_eq!(s.count, 2);
+    assert!((s.median_ape - (apes[0] + apes[1]) / 2.0).abs() < 1e-9);
+    assert!((s.max_ape - apes[0].max(apes[1])).abs() < 1e-9);
+    assert!((ape(lo.tpot_ms, 5.0) - (lo.tpot_ms - 5.0).abs() / 5.0 * 100.0).abs() < 1e-12);
+    // JSON: tier -> backend -> metric -> statistics.
+    let j = serde_json::to_value(&rep).unwrap();
+    assert_eq!(j["tiers"]["roofline"]["trtllm"]["tpot"]["count"], 2);
+    assert!(j["tiers"]["roofline"]["trtllm"]["ttft"]["median_ape"].is_number());
+    assert!(j["tiers"]["roofline"]["all_backends"]["splits"]["calibration"]["tpot"]["p90_ape"].is_number());
+    // Calibrated tiers are either reported or listed as unavailable, never silently dropped.
+    let rep2 = validate_silicon(&path, &[Tier::Roofline, Tier::Target], None).unwrap();
+    assert!(rep2.tiers.contains_key("target") || rep2.unavailable_tiers.contains_key("target"));
+    let text = rep.render();
+    assert!(text.contains("trtllm") && text.contains("Worst runs by TPOT"), "{text}");
+    rep.write_csv(dir.path()).unwrap();
+    let out = std::fs::read_to_string(dir.path().join("silicon_rows.csv")).unwrap();
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.contains("kernelsight simulate --model llama-3.1-8b"));
+}
+
+#[test]
+fn rows_that_cannot_be_simulated_are_listed_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = csv_file(
+        dir.path(),
+        &[
+            LOW_C,
+            "m,vllm,0.18,MiniMaxAI/MiniMax-M2.5,h100_sxm,agg,128,16,fp8,4,4,1,,4,1,20,5",
+            "d,trtllm,0.8,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,disagg,128,16,,,,,,,,20,5",
+            "p,sglang,0.5,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,agg,128,16,fp8,4,8,1,8,1,8,20,5",
+            "q,vllm,0.12,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,int4_awq,4,1,1,,1,1,20,5",
+        ],
+    );
+    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    assert_eq!((rep.rows_read, rep.rows_simulated, rep.rows_not_simulated), (5, 1, 4));
+    let reason = |id: &str| rep.not_simulated.iter().find(|s| s.id == id).unwrap().reason.clone();
+    assert!(reason("m").contains("no config"), "{}", reason("m"));
+    assert!(reason("d").contains("disaggregated"), "{}", reason("d"));
+    assert!(reason("p").contains("attention data parallelism"), "{}", reason("p"));
+    assert!(reason("q").contains("int4_awq"), "{}", reason("q"));
+    assert!(rep.render().contains("Not simulated (4 rows)"));
+}
+
+#[test]
+fn bad_input_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = csv_file(dir.path(), &[LOW_C, "x,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,12x,16,,4,1,1,,1,1,20,5"]);
+    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None).unwrap_err());
+    assert!(e.contains("silicon.csv") && e.contains("line 3") && e.contains("'isl'"), "{e}");
+    let path = csv_file(dir.path(), &["y,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,,4,1,1,,1,1,20,-5"]);
+    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None).unwrap_err());
+    assert!(e.contains("line 2") && e.contains("silicon_tpot_ms"), "{e}");
+    let p = dir.path().join("nocol.csv");
+    std::fs::write(&p, "backend,model_path,silicon_ttft_ms\nvllm,x,1\n").unwrap();
+    let e = format!("{:#}", validate_silicon(&p, &[Tier::Roofline], None).unwrap_err());
+    assert!(e.contains("nocol.csv") && e.contains("missing column 'silicon_tpot_ms'"), "{e}");
+}
+
+#[test]
+fn the_printed_simulate_command_reproduces_the_prediction() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = csv_file(dir.path(), &["e,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,agg,128,8,fp8_block,8,4,1,,1,4,20,5"]);
+    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    let r = &rep.rows[0];
+    assert_eq!((r.point.model.as_str(), r.point.tp, r.point.ep), ("qwen3-235b-a22b", 4, 4));
+    // The same flags through the CLI's own code path give the same means.
+    let args = run::simulate_args(&r.point, Tier::Roofline).unwrap();
+    let report = kernelsight::cli::simulate::execute(&args).unwrap();
+    assert_eq!(report.summary.tpot_ms.mean, r.predictions["roofline"].tpot_ms);
+    assert_eq!(report.summary.ttft_ms.mean, r.predictions["roofline"].ttft_ms);
+}
+
+#[test]
+fn shipped_sample_maps_every_model_and_limit_bounds_the_work() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/public/silicon_h100_sxm_agg.csv");
+    let all = rows::load(&path, None).unwrap();
+    assert_eq!(all.len(), 780);
+    // Every row of the curated sample has a model under models/ and an engine profile.
+    for r in &all {
+        if let Err(e) = rows::plan(r) {
+            panic!("line {}: {e}", r.line);
+        }
+    }
+    let rep = validate_silicon(&path, &[Tier::Roofline], Some(3)).unwrap();
+    assert_eq!(rep.rows_read, 3);
+    assert_eq!(rep.rows_simulated + rep.rows_not_simulated, 3);
+}

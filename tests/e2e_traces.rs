@@ -1,0 +1,55 @@
+//! Replays the committed H200 traces; checks loading, the host fit and the report structure.
+use kernelsight::e2e::traces::{load_dir, validate, CALIBRATION_FAMILIES};
+use kernelsight::perf::Tier;
+use std::path::Path;
+
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm");
+
+#[test]
+fn traces_load_with_consistent_timelines() {
+    let models = load_dir(Path::new(DIR)).unwrap();
+    assert!(models.len() >= 6, "{} trace folders", models.len());
+    for f in CALIBRATION_FAMILIES {
+        assert!(models.iter().any(|m| m.family == f), "calibration family {f} missing");
+    }
+    assert!(models.iter().any(|m| !m.is_calibration() && !m.runs.is_empty()), "no held-out runs");
+    for m in &models {
+        for r in &m.runs {
+            for q in &r.requests {
+                assert!(q.first_token_s >= q.arrival_s && q.finish_s >= q.first_token_s);
+            }
+        }
+    }
+}
+
+#[test]
+fn replay_reports_every_metric_for_both_splits() {
+    let report = validate(Path::new(DIR), &[Tier::Roofline]).unwrap();
+    let host = &report.host_fits["roofline"];
+    // The engine is host-bound: tens of milliseconds per step, measured in the traces.
+    assert!(host.per_step_us + host.launch_per_layer_us * 32.0 > 10_000.0, "{host:?}");
+    for split in ["calibration", "held-out"] {
+        let m = &report.summary["roofline"][split];
+        assert!(m["tpot_p50"].count > 0 && m["tpot_p50"].median_ape.is_finite(), "{split}");
+    }
+    println!("{}", report.render());
+}
+
+#[test]
+fn a_token_before_arrival_is_rejected_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(DIR).join("llama-3.1-8b");
+    let dst = dir.path().join("llama-3.1-8b");
+    std::fs::create_dir(&dst).unwrap();
+    for f in ["config.json", "runs.jsonl"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("requests.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut v: serde_json::Value = serde_json::from_str(&lines[2]).unwrap();
+    v["arrival_s"] = serde_json::json!(1e6);
+    lines[2] = v.to_string();
+    std::fs::write(dst.join("requests.jsonl"), lines.join("\n")).unwrap();
+    let err = format!("{:#}", load_dir(dir.path()).unwrap_err());
+    assert!(err.contains("line 3") && err.contains("precedes the request's arrival"), "{err}");
+}

@@ -1,0 +1,264 @@
+//! Simulator behaviour on small cases whose expected results are computed by hand from the
+//! affine step model (100 us + 2 us per new token + 0.01 us per cached token).
+mod sim_common;
+use kernelsight::perf::SeqWork;
+use kernelsight::sim::engine::Policy;
+use kernelsight::sim::router::RouterKind;
+use sim_common::*;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn one_request_timeline_by_hand() {
+    let cfg = config(engine(Policy::Continuous), 100);
+    let (o, obs, _) = run(&cfg, vec![req(0, 0.0, 100, 3)], None);
+    let r = &obs.records[0];
+    // prefill 100: 100 + 200 = 300 us; decode at 100 cached: 103; at 101 cached: 103.01.
+    assert!(close(r.ttft_ms, 0.300), "{}", r.ttft_ms);
+    assert!(close(r.e2e_ms, 0.50601), "{}", r.e2e_ms);
+    assert!(close(r.tpot_ms.unwrap(), (0.50601 - 0.300) / 2.0));
+    assert_eq!(r.queue_ms, 0.0);
+    assert_eq!(o.rec.completed, 1);
+    assert_eq!(o.rec.steps, 3);
+}
+
+#[test]
+fn chunked_prefill_splits_the_prompt_at_the_token_budget() {
+    let mut e = engine(Policy::Continuous);
+    e.max_num_batched_tokens = 64;
+    let (_, obs, m) = run(&config(e.clone(), 100), vec![req(0, 0.0, 100, 2)], None);
+    // 64 tokens (228 us), then 36 on top of 64 cached (100 + 72 + 0.64).
+    assert!(close(obs.records[0].ttft_ms, (228.0 + 172.64) / 1e3), "{}", obs.records[0].ttft_ms);
+    assert_eq!(m.batches.lock().unwrap()[0], vec![SeqWork { new_tokens: 64, cached_tokens: 0 }]);
+    // Without chunking the request can never fit one step: rejected, not hung.
+    e.chunked_prefill = false;
+    let (o, obs, _) = run(&config(e, 100), vec![req(0, 0.0, 100, 2), req(1, 0.0, 30, 2)], None);
+    assert_eq!(obs.records.iter().filter(|r| r.rejected == Some("exceeds_batch_tokens")).count(), 1);
+    assert_eq!(o.rec.completed, 1);
+}
+
+#[test]
+fn shared_prefix_is_served_from_cache_in_full_blocks() {
+    let mut a = req(0, 0.0, 80, 2);
+    let mut b = req(1, 1.0, 80, 2);
+    for r in [&mut a, &mut b] {
+        r.prefix_group = Some(7);
+        r.prefix_tokens = 64;
+    }
+    let (o, obs, _) = run(&config(engine(Policy::Continuous), 100), vec![a.clone(), b.clone()], None);
+    let second = obs.records.iter().find(|r| r.id == 1).unwrap();
+    assert_eq!(second.cached_tokens, 64);
+    // 16 new tokens on 64 cached: 100 + 32 + 0.64.
+    assert!(close(second.ttft_ms, 0.13264), "{}", second.ttft_ms);
+    assert!((o.rec.prefix_hit_tokens as f64 / o.rec.prefix_query_tokens as f64 - 64.0 / 160.0).abs() < 1e-12);
+    // Caching off: no hits.
+    let mut e = engine(Policy::Continuous);
+    e.prefix_caching = false;
+    let (_, obs, _) = run(&config(e, 100), vec![a, b], None);
+    assert!(obs.records.iter().all(|r| r.cached_tokens == 0));
+}
+
+#[test]
+fn a_whole_prompt_in_cache_still_recomputes_its_last_block() {
+    // Multi-turn style: the whole 64-token prompt is the group's stream.
+    let mut a = req(0, 0.0, 64, 2);
+    let mut b = req(1, 1.0, 64, 2);
+    for r in [&mut a, &mut b] {
+        r.prefix_group = Some(1);
+        r.prefix_tokens = 66;
+    }
+    let (_, obs, _) = run(&config(engine(Policy::Continuous), 100), vec![a, b], None);
+    // At most (64 - 1) / 16 = 3 full blocks may hit.
+    assert_eq!(obs.records[1].cached_tokens, 48);
+}
+
+#[test]
+fn running_out_of_blocks_preempts_the_newest_and_everyone_still_finishes() {
+    let mut e = engine(Policy::Continuous);
+    e.prefix_caching = false;
+    // 10 blocks of 16 tokens; each request needs 8 blocks by its end.
+    let reqs = vec![req(0, 0.0, 60, 60), req(1, 0.0, 60, 60)];
+    let (o, obs, _) = run(&config(e, 10), reqs, None);
+    assert!(o.rec.preemptions >= 1);
+    assert_eq!(o.rec.completed, 2);
+    let first = obs.records.iter().find(|r| r.id == 0).unwrap();
+    let second = obs.records.iter().find(|r| r.id == 1).unwrap();
+    assert_eq!(first.preemptions, 0, "the oldest request is never the victim");
+    assert!(second.preemptions >= 1);
+    assert_eq!(o.rec.series.buckets.iter().map(|b| b.output_tokens).sum::<u64>(), 120);
+}
+
+#[test]
+fn impossible_requests_are_rejected_with_reasons() {
+    let mut cfg = config(engine(Policy::Continuous), 10);
+    cfg.max_model_len = 1000;
+    let reqs = vec![req(0, 0.0, 900, 200), req(1, 0.0, 150, 20), req(2, 0.0, 20, 5)];
+    let (o, obs, _) = run(&cfg, reqs, None);
+    assert_eq!(o.rec.rejected.get("exceeds_context"), Some(&1));
+    assert_eq!(o.rec.rejected.get("exceeds_kv_cache"), Some(&1));
+    assert_eq!(o.rec.completed, 1);
+    assert_eq!(obs.records.len(), 3);
+}
+
+#[test]
+fn vllm_batches_respect_budget_and_sequence_limit_and_mix_prefill_with_decode() {
+    let mut e = engine(Policy::Continuous);
+    e.max_num_batched_tokens = 50;
+    e.max_num_seqs = 3;
+    let reqs: Vec<_> = (0..8).map(|i| req(i, i as f64 * 1e-4, 30 + i as u32, 6)).collect();
+    let (o, _, m) = run(&config(e, 1000), reqs, None);
+    assert_eq!(o.rec.completed, 8);
+    let batches = m.batches.lock().unwrap();
+    assert!(batches.iter().all(|b| b.len() <= 3 && b.iter().map(|s| s.new_tokens).sum::<u32>() <= 50));
+    assert!(batches.iter().any(|b| b.iter().any(|s| s.new_tokens > 1) && b.iter().any(|s| s.new_tokens == 1 && s.cached_tokens > 0)));
+}
+
+#[test]
+fn sglang_never_mixes_prefill_and_decode() {
+    let reqs: Vec<_> = (0..20).map(|i| req(i, i as f64 * 2e-4, 40, 8)).collect();
+    let (o, _, m) = run(&config(engine(Policy::PrefillFirst), 10_000), reqs, None);
+    assert_eq!(o.rec.completed, 20);
+    for b in m.batches.lock().unwrap().iter() {
+        let prefill = b.iter().any(|s| s.new_tokens > 1);
+        let decode = b.iter().any(|s| s.new_tokens == 1);
+        assert!(!(prefill && decode), "mixed batch {b:?}");
+    }
+}
+
+#[test]
+fn static_batches_run_to_the_longest_with_padding() {
+    let mut e = engine(Policy::Static);
+    e.max_num_seqs = 2;
+    let reqs = vec![req(0, 0.0, 10, 2), req(1, 0.0, 10, 5), req(2, 0.0, 10, 3), req(3, 0.0, 10, 3), req(4, 0.0, 10, 1)];
+    let (o, obs, m) = run(&config(e, 1000), reqs, None);
+    assert_eq!(o.rec.completed, 5);
+    let sizes: Vec<(usize, u32)> = m.batches.lock().unwrap().iter().map(|b| (b.len(), b[0].new_tokens)).collect();
+    // Batch [0,1]: prefill + 4 decodes (request 0 pads after its 2nd token); [2,3]: prefill + 2; [4]: prefill.
+    assert_eq!(sizes, vec![(2, 10), (2, 1), (2, 1), (2, 1), (2, 1), (2, 10), (2, 1), (2, 1), (1, 10)]);
+    // Request 2 waited for the whole first batch.
+    let first_batch_end = obs.records.iter().find(|r| r.id == 1).unwrap().finish_s;
+    let r2 = obs.records.iter().find(|r| r.id == 2).unwrap();
+    assert!((r2.queue_ms / 1e3 - first_batch_end).abs() < 1e-12);
+}
+
+#[test]
+fn closed_loop_never_exceeds_its_clients() {
+    let reqs: Vec<_> = (0..40).map(|i| req(i, 0.0, 20 + (i as u32 % 7) * 5, 3 + i as u32 % 5)).collect();
+    let (o, obs, _) = run(&config(engine(Policy::Continuous), 1000), reqs, Some(3));
+    assert_eq!(o.rec.completed, 40);
+    let mut ev: Vec<(f64, i32)> = obs.records.iter().flat_map(|r| [(r.arrival_s, 1), (r.finish_s, -1)]).collect();
+    ev.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut live = 0;
+    for (_, d) in ev {
+        live += d;
+        assert!(live <= 3);
+    }
+}
+
+#[test]
+fn round_robin_alternates_replicas() {
+    let mut cfg = config(engine(Policy::Continuous), 1000);
+    cfg.dp = 2;
+    cfg.router = RouterKind::RoundRobin;
+    let reqs: Vec<_> = (0..10).map(|i| req(i, i as f64 * 0.01, 20, 3)).collect();
+    let (_, obs, _) = run(&cfg, reqs, None);
+    assert!(obs.records.iter().all(|r| r.replica as u64 == r.id % 2));
+}
+
+#[test]
+fn prefix_aware_routing_keeps_a_group_on_one_replica() {
+    let mut cfg = config(engine(Policy::Continuous), 1000);
+    cfg.dp = 3;
+    cfg.router = RouterKind::PrefixAware;
+    let reqs: Vec<_> = (0..30)
+        .map(|i| {
+            let mut r = req(i, i as f64 * 0.001, 100, 3);
+            r.prefix_group = Some(i % 2);
+            r.prefix_tokens = 64;
+            r
+        })
+        .collect();
+    let (o, obs, _) = run(&cfg, reqs, None);
+    for g in 0..2 {
+        let reps: std::collections::BTreeSet<_> = obs.records.iter().filter(|r| r.id % 2 == g).map(|r| r.replica).collect();
+        assert_eq!(reps.len(), 1);
+    }
+    // 28 of 30 requests find the 64-token prefix cached.
+    assert_eq!(o.rec.prefix_hit_tokens, 28 * 64);
+}
+
+#[test]
+fn pipeline_stages_overlap_micro_batches() {
+    // A 4-token budget splits the 16 running requests over several micro-batches (a request is
+    // in at most one batch in flight, as in vLLM v1).
+    let reqs: Vec<_> = (0..16).map(|i| req(i, 0.0, 4, 20)).collect();
+    let mut e = engine(Policy::Continuous);
+    e.max_num_batched_tokens = 4;
+    let mut cfg = config(e, 1000);
+    let (one, _, _) = run(&cfg, reqs.clone(), None);
+    cfg.pp = 2;
+    let (two, obs, _) = run(&cfg, reqs, None);
+    assert_eq!(two.rec.completed, 16);
+    // With the same whole-pipeline step time, two micro-batches in flight nearly halve the run.
+    let ratio = two.end_us / one.end_us;
+    assert!(ratio < 0.65, "pp=2 / pp=1 duration {ratio}");
+    assert!(obs.step_starts_us.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn goodput_counts_requests_meeting_slos() {
+    let mut cfg = config(engine(Policy::Continuous), 1000);
+    // Each request: TTFT = 100 + 2*100 = 300 us alone; the SLO splits queued from unqueued ones.
+    cfg.slo_ttft_ms = Some(0.35);
+    let reqs = vec![req(0, 0.0, 100, 1), req(1, 1.0, 100, 1), req(2, 1.0, 100, 1)];
+    let (o, obs, _) = run(&cfg, reqs, None);
+    let within = obs.records.iter().filter(|r| r.ttft_ms <= 0.35).count() as u64;
+    assert_eq!(o.rec.good, within);
+    assert_eq!(within, 1, "requests 1 and 2 share one 500 us prefill step");
+}
+
+#[test]
+fn sglang_prefix_hits_are_token_granular_vllm_block_granular() {
+    let mk = || {
+        let mut a = req(0, 0.0, 100, 2);
+        let mut b = req(1, 1.0, 100, 2);
+        for r in [&mut a, &mut b] {
+            r.prefix_group = Some(3);
+            r.prefix_tokens = 70;
+        }
+        vec![a, b]
+    };
+    // 70 shared tokens: vLLM hits the 4 full 16-token blocks (64), SGLang's 1-token pages all 70.
+    let (_, obs, _) = run(&config(engine(Policy::Continuous), 100), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 64);
+    let (_, obs, _) = run(&config(engine(Policy::PrefillFirst), 1000), mk(), None);
+    assert_eq!(obs.records[1].cached_tokens, 70);
+}
+
+#[test]
+fn a_preempted_request_finds_its_own_blocks_still_cached() {
+    // 12 blocks: both requests hold 6 when request 0 needs a 7th; request 1 is preempted, its
+    // last blocks are evicted first and its first 4 full blocks (64 tokens) survive until it is
+    // readmitted after request 0 ends.
+    let reqs = vec![req(0, 0.0, 60, 60), req(1, 0.0, 60, 60)];
+    let (o, obs, _) = run(&config(engine(Policy::Continuous), 12), reqs, None);
+    assert_eq!(o.rec.completed, 2);
+    assert!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions >= 1);
+    assert!(o.rec.prefix_hit_tokens >= 64, "hits {}", o.rec.prefix_hit_tokens);
+}
+
+#[test]
+fn static_batches_with_pipelining_never_run_padding_alone() {
+    let mut e = engine(Policy::Static);
+    e.max_num_seqs = 2;
+    let mut cfg = config(e, 1000);
+    cfg.pp = 2;
+    let reqs = vec![req(0, 0.0, 10, 2), req(1, 0.0, 10, 6), req(2, 0.0, 10, 3)];
+    let (o, _, m) = run(&cfg, reqs, None);
+    assert_eq!(o.rec.completed, 3);
+    // Batch [0, 1]: prefill + 5 decodes of 2 sequences (one padded); batch [2]: prefill + 2.
+    let sizes: Vec<usize> = m.batches.lock().unwrap().iter().map(|b| b.len()).collect();
+    assert_eq!(sizes, vec![2, 2, 2, 2, 2, 2, 1, 1, 1]);
+}

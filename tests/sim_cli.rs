@@ -1,0 +1,183 @@
+//! `kernelsight simulate` end to end: the real predictor and memory plan, JSON/CSV/plot/trace
+//! outputs, determinism, and bad input.
+use clap::Parser;
+use kernelsight::cli::simulate::{execute, Report, SimulateArgs};
+use kernelsight::perf::{SeqWork, StepTimeModel};
+use std::path::Path;
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    args: SimulateArgs,
+}
+
+#[derive(Parser)]
+struct Wl {
+    #[command(flatten)]
+    w: kernelsight::cli::workload::WorkloadArgs,
+}
+
+fn args(extra: &[&str]) -> SimulateArgs {
+    let mut v = vec!["simulate", "--quiet"];
+    v.extend_from_slice(extra);
+    Cmd::try_parse_from(v).unwrap().args
+}
+
+fn sim(extra: &[&str]) -> Report {
+    execute(&args(extra)).unwrap()
+}
+
+fn sim_err(extra: &[&str]) -> String {
+    match Cmd::try_parse_from([&["simulate", "--quiet"], extra].concat()) {
+        Err(e) => e.to_string(),
+        Ok(c) => match execute(&c.args) {
+            Err(e) => format!("{e:#}"),
+            Ok(_) => panic!("{extra:?} was accepted"),
+        },
+    }
+}
+
+#[test]
+fn json_summary_has_the_promised_fields() {
+    let r = sim(&["--num-requests", "200"]);
+    let j = r.json();
+    for k in ["num_requests", "completed", "duration_s", "throughput_tok_s"] {
+        assert!(j[k].is_number(), "{k}");
+    }
+    for k in ["ttft_ms", "tpot_ms"] {
+        for p in ["mean", "p50", "p90", "p99"] {
+            assert!(j[k][p].as_f64().unwrap() > 0.0, "{k}.{p}");
+        }
+    }
+    assert_eq!(j["num_requests"], 200);
+    assert_eq!(j["completed"], 200);
+    assert!(j["tpot_definition"].as_str().unwrap().contains("(E2E - TTFT) / (output tokens - 1)"));
+    assert_eq!(j["tier"], "roofline");
+    // A tier without calibration falls back, and the summary says which was asked and which ran.
+    let j = sim(&["--num-requests", "20", "--tier", "cross-gen"]).json();
+    assert_eq!(j["tier_requested"], "cross-gen");
+    assert_eq!(j["tier"], j["timing_model"].as_str().unwrap().split(' ').next().unwrap());
+    // Output tokens over the duration, by definition.
+    let tput = j["output_tokens"].as_f64().unwrap() / j["duration_s"].as_f64().unwrap();
+    assert!((j["throughput_tok_s"].as_f64().unwrap() - tput).abs() < 1e-6 * tput);
+}
+
+#[test]
+fn light_load_ttft_is_the_prefill_step_time() {
+    // Requests 100 s apart on average: each finds the engine idle.
+    let r = sim(&["--isl", "512", "--osl", "8", "--rate", "0.01", "--num-requests", "20"]);
+    let prefill_ms = r.scenario.predictor.step_time(&[SeqWork { new_tokens: 512, cached_tokens: 0 }]).total_us / 1e3;
+    let t = r.summary.ttft_ms;
+    for v in [t.mean, t.p50, t.p99, t.max] {
+        assert!((v - prefill_ms).abs() < 1e-9 * prefill_ms, "{v} vs {prefill_ms}");
+    }
+    assert_eq!(r.summary.queue_ms.max, 0.0);
+    // Under heavy load the same requests wait: TTFT grows well past one prefill.
+    let busy = sim(&["--isl", "512", "--osl", "8", "--rate", "inf", "--num-requests", "500"]);
+    assert!(busy.summary.ttft_ms.p90 > 5.0 * prefill_ms);
+}
+
+fn read(dir: &Path, f: &str) -> Vec<u8> {
+    std::fs::read(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"))
+}
+
+#[test]
+fn same_seed_gives_byte_identical_outputs_and_all_files_are_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, c) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("c"));
+    let run = |d: &Path, seed: &str| sim(&["--num-requests", "300", "--seed", seed, "--trace-max-steps", "10", "--out", d.to_str().unwrap()]);
+    run(&a, "3");
+    run(&b, "3");
+    run(&c, "4");
+    for f in ["requests.csv", "summary.json", "trace.json"] {
+        assert_eq!(read(&a, f), read(&b, f), "{f} differs between identical runs");
+    }
+    assert_ne!(read(&a, "requests.csv"), read(&c, "requests.csv"));
+    for p in ["latency_cdf", "timeline", "kernel_breakdown"] {
+        assert!(read(&a, &format!("{p}.png")).starts_with(b"\x89PNG"), "{p}.png");
+        assert!(String::from_utf8(read(&a, &format!("{p}.svg"))).unwrap().contains("<svg"), "{p}.svg");
+    }
+    let csv = String::from_utf8(read(&a, "requests.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 301);
+    let trace: serde_json::Value = serde_json::from_slice(&read(&a, "trace.json")).unwrap();
+    let steps = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "step").count();
+    assert_eq!(steps, 10, "trace capped at --trace-max-steps");
+}
+
+#[test]
+fn generated_workload_replayed_as_a_trace_gives_the_same_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("w.csv");
+    let flags = ["--num-requests", "150", "--rate", "30", "--prefix-groups", "3", "--prefix-tokens", "256", "--seed", "9"];
+    let spec = Wl::try_parse_from([&["x"][..], &flags[..]].concat()).unwrap().w.to_spec(1.0).unwrap();
+    let mut f = std::fs::File::create(&path).unwrap();
+    kernelsight::workload::trace::write_csv(spec.build().unwrap().as_mut(), &mut f).unwrap();
+    let synthetic = sim(&flags);
+    let replay = sim(&["--trace", path.to_str().unwrap()]);
+    let strip = |r: &Report| {
+        let mut j = r.json();
+        j.as_object_mut().unwrap().remove("setup");
+        j
+    };
+    assert_eq!(strip(&synthetic), strip(&replay));
+    assert!(synthetic.summary.prefix_cache_hit_rate > 0.5, "shared 256-token prefixes hit");
+}
+
+#[test]
+fn impossible_requests_are_counted_not_hung() {
+    let r = sim(&["--num-requests", "300", "--max-model-len", "300"]);
+    let rej = r.summary.rejected_by_reason.get("exceeds_context").copied().unwrap_or(0);
+    assert!(rej > 0);
+    assert_eq!(r.summary.completed + r.summary.rejected, 300);
+    let r = sim(&["--num-requests", "50", "--num-gpu-blocks", "20", "--isl", "200", "--osl", "200"]);
+    assert_eq!(r.summary.rejected_by_reason.get("exceeds_kv_cache"), Some(&50));
+    assert_eq!(r.summary.kv.num_gpu_blocks, 20);
+}
+
+#[test]
+fn engines_and_parallel_layouts_complete_the_workload() {
+    for extra in [
+        &["--engine", "sglang"][..],
+        &["--engine", "static"],
+        &["--dp", "2", "--router", "least-loaded"],
+        &["--tp", "2", "--pp", "2"],
+        &["--turns", "3", "--think-time-s", "2"],
+        &["--concurrency", "16"],
+        &["--chunked-prefill", "false", "--prefix-caching", "false"],
+    ] {
+        let r = sim(&[&["--num-requests", "120"][..], extra].concat());
+        assert_eq!(r.summary.completed, 120, "{extra:?}");
+    }
+}
+
+#[test]
+fn tight_kv_cache_preempts_and_reports_it() {
+    let r = sim(&["--num-requests", "200", "--rate", "inf", "--num-gpu-blocks", "400", "--prefix-caching", "false"]);
+    assert!(r.summary.preemptions > 0);
+    assert_eq!(r.summary.completed, 200);
+    assert!(r.summary.kv.peak_util <= 1.0 && r.summary.kv.peak_util > 0.9);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    for (flags, want) in [
+        (&["--rate", "0"][..], "--rate must be a positive"),
+        (&["--rate", "-3"], "--rate must be a positive"),
+        (&["--num-requests", "0"], "--num-requests must be a positive integer"),
+        (&["--max-num-seqs", "-1"], "--max-num-seqs must be a positive integer"),
+        (&["--block-size", "0"], "--block-size must be a positive integer"),
+        (&["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be in (0, 1]"),
+        (&["--concurrency", "4", "--turns", "2"], "multi-turn"),
+        (&["--engine", "nope"], "unknown engine 'nope'"),
+        (&["--slo-ttft-ms", "-5"], "--slo-ttft-ms must be a positive"),
+        (&["--isl", "-2", "--osl", "5"], "--isl must be a positive integer"),
+    ] {
+        let e = sim_err(flags);
+        assert!(e.contains(want), "{flags:?}: {e}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("t.csv");
+    std::fs::write(&p, "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,-10,5\n").unwrap();
+    let e = sim_err(&["--trace", p.to_str().unwrap()]);
+    assert!(e.contains("line 3"), "{e}");
+}
