@@ -9,6 +9,7 @@ pub mod dataset;
 pub mod features;
 pub mod gbdt;
 pub mod model;
+pub mod plot;
 pub mod report;
 pub mod store;
 pub mod validate;

@@ -29,7 +29,7 @@ pub struct KernelsArgs {
     /// Print `{tier: {op: {median_ape, p90_ape, max_ape, count}}}` as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Folder for rows.csv, summary.json and the predicted-vs-measured plot.
+    /// Folder for rows.csv, summary.json and the log-log predicted-vs-measured plot (PNG, SVG).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Also write the markdown report (tables, worst shapes, this command line) here.
@@ -75,7 +75,8 @@ fn kernels(args: KernelsArgs) -> Result<()> {
         let f = std::fs::File::create(dir.join("rows.csv")).with_context(|| format!("creating {}/rows.csv", dir.display()))?;
         report::write_csv(std::io::BufWriter::new(f), &rows)?;
         std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&report::json(&pooled))? + "\n")?;
-        eprintln!("wrote {}/rows.csv and summary.json", dir.display());
+        calibrate::plot::predicted_vs_measured(dir, "predicted_vs_measured", &rows)?;
+        eprintln!("wrote {0}/rows.csv, {0}/summary.json, {0}/predicted_vs_measured.png and .svg", dir.display());
     }
     if let Some(md) = &args.markdown {
         let notes = format!(
