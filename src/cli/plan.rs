@@ -104,6 +104,10 @@ pub struct PlanArgs {
     /// Kernel-time model: roofline, target (fitted on the GPU) or cross-gen (never uses it).
     #[arg(long, value_enum, default_value = "roofline")]
     pub tier: Tier,
+    /// Run every simulation to the end. By default a run stops once its TTFT or E2E
+    /// percentile can no longer meet the target; such candidates stay off the frontier.
+    #[arg(long)]
+    pub exhaustive: bool,
     /// Closest candidates to show when none meets the SLOs.
     #[arg(long, default_value_t = 5)]
     pub closest: usize,
@@ -216,6 +220,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         prices: prices(&gpus, &a.price)?,
         frontier_metric: a.frontier_metric,
         closest: a.closest,
+        stop_early: !a.exhaustive,
     };
     let result = run_plan(input, &eval, &pb)?;
     // Latency vs load of the chosen deployment (or the closest one): how much headroom it has.

@@ -86,6 +86,10 @@ pub fn render_plan(header: &[String], r: &PlanResult, capacity: Option<&Capacity
         if pruned.is_empty() { String::new() } else { format!("; pruned layouts: {}", pruned.join(", ")) },
         if r.failed.is_empty() { String::new() } else { format!("; {} simulations failed", r.failed.len()) }
     );
+    let stopped = r.evaluated.iter().filter(|e| e.outcome.stopped_early).count();
+    if stopped > 0 {
+        let _ = writeln!(out, "{stopped} runs stopped early once a TTFT/E2E target could no longer be met (--exhaustive runs them to the end)");
+    }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
@@ -216,6 +220,7 @@ pub fn plan_json(question: Value, r: &PlanResult, capacity: Option<&CapacityResu
         "chosen_capacity": capacity.map(capacity_json_body),
         "candidates_evaluated": r.evaluated.len(),
         "simulations_run": r.simulations_run,
+        "runs_stopped_early": r.evaluated.iter().filter(|e| e.outcome.stopped_early).count(),
         "candidates_meeting_slo": r.evaluated.iter().filter(|e| e.meets_slo()).count(),
         "pruned": r.pruned,
         "failed": r.failed,
