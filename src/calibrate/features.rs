@@ -26,6 +26,16 @@ impl LinkClass {
         }
     }
 
+    /// As `of`, but a backend measured across nodes (`.../internode`, Vidur's multi-node
+    /// profiles) runs on the scale-out network whatever its GPU count.
+    pub fn of_row(gpu: &GpuSpec, num_gpus: u64, backend: &str) -> LinkClass {
+        if backend.split('/').any(|seg| seg == "internode") {
+            LinkClass::ScaleOut
+        } else {
+            LinkClass::of(gpu, num_gpus)
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             LinkClass::ScaleUp => "scaleup",
@@ -91,8 +101,8 @@ fn op_names(op: Op) -> Vec<&'static str> {
     }
 }
 
-/// Features of kernel `k` on `gpu`; `s` is its speed-of-light bound on that GPU.
-pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol) -> Vec<f64> {
+/// Features of kernel `k` on `gpu` measured with `backend`; `s` is its speed-of-light bound.
+pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
     let sms = gpu.compute.sm_count as f64;
     let peak_tflops = gpu.peak_flops(k.dtype) / 1e12;
     let mut v = vec![
@@ -175,7 +185,7 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol) -> Vec<f64> {
             v.extend([
                 lg1(k.bytes),
                 k.num_gpus as f64,
-                LinkClass::of(gpu, k.num_gpus) as u8 as f64,
+                LinkClass::of_row(gpu, k.num_gpus, backend) as u8 as f64,
                 lg(link_gbps),
                 lg(k.bytes as f64 / link_gbps),
             ]);
@@ -195,9 +205,9 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol) -> Vec<f64> {
 }
 
 /// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
-pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec) -> (Vec<f64>, Sol) {
+pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, Sol) {
     let s = sol(k, gpu);
-    (extract(k, gpu, &s), s)
+    (extract(k, gpu, &s, backend), s)
 }
 
 #[cfg(test)]
@@ -232,7 +242,7 @@ mod tests {
                     _ => {}
                 }
             }
-            let (x, _) = extract_with_sol(&k, &g);
+            let (x, _) = extract_with_sol(&k, &g, "lib");
             assert_eq!(x.len(), names(op).len(), "{op}");
             assert!(x.iter().all(|v| v.is_finite()), "{op}: {x:?}");
         }
@@ -243,7 +253,7 @@ mod tests {
         let g = load_gpu("h200_sxm").unwrap();
         // 8192^3 bf16: AI = 2*8192^3 / (3*8192^2*2) = 8192/3 FLOP/B; ridge = 989.4e12 / 4.8e12.
         let k = Kernel::gemm(Dtype::Bf16, 8192, 8192, 8192);
-        let (x, _) = extract_with_sol(&k, &g);
+        let (x, _) = extract_with_sol(&k, &g, "lib");
         let i = names(Op::Gemm).iter().position(|n| *n == "lg_compute_over_memory").unwrap();
         let expected = ((8192.0f64 / 3.0) / (989.4e12 / 4.8e12)).log2();
         assert!((x[i] - expected).abs() < 1e-9, "{} vs {expected}", x[i]);

@@ -91,9 +91,9 @@ impl Default for FitParams {
     }
 }
 
-fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel) -> &'static str {
+fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> &'static str {
     if op.is_collective() {
-        LinkClass::of(gpu, k.num_gpus).as_str()
+        LinkClass::of_row(gpu, k.num_gpus, backend).as_str()
     } else {
         "all"
     }
@@ -112,8 +112,8 @@ impl OpModel {
             .iter()
             .map(|m| {
                 let g = spec(&m.gpu);
-                let (x, s) = features::extract_with_sol(&m.kernel, g);
-                (x, s, *m, base_key(op, g, &m.kernel))
+                let (x, s) = features::extract_with_sol(&m.kernel, g, &m.backend);
+                (x, s, *m, base_key(op, g, &m.kernel, &m.backend))
             })
             .collect();
         let mut by_key: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
@@ -162,18 +162,15 @@ impl OpModel {
 
     /// Predicted time of `k` on `gpu` with `backend` (None = the default one), never below SOL.
     pub fn predict_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
-        let (feat, s) = features::extract_with_sol(k, gpu);
-        self.predict_prepared(feat, &s, k, gpu, backend)
-    }
-
-    fn predict_prepared(&self, feat: Vec<f64>, s: &Sol, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+        let backend = backend.unwrap_or(&self.default_backend);
+        let (feat, s) = features::extract_with_sol(k, gpu, backend);
         let base = self
             .bases
-            .get(base_key(self.op, gpu, k))
+            .get(base_key(self.op, gpu, k, backend))
             .or_else(|| self.bases.get("all"))
             .map(|b| b.time_us(s.sol_us))
             .unwrap_or(s.sol_us);
-        let x = with_backend(feat, &self.backends, backend.unwrap_or(&self.default_backend));
+        let x = with_backend(feat, &self.backends, backend);
         let y = self.gbdt.predict(&x).clamp(self.y_range.0, self.y_range.1);
         (base * y.exp()).max(s.sol_us)
     }
