@@ -58,7 +58,7 @@ fn full_search() {
     let enumerated = space.enumerate(&model).expect("enumerate");
     let n = enumerated.candidates.len();
     assert!(n >= 500, "the benchmark must search at least 500 candidates, has {n}");
-    let input = PlanInput { enumerated, workload: &workload, slo, prices: Default::default(), frontier_metric: FrontierMetric::Tpot, closest: 5 };
+    let input = PlanInput { enumerated, workload: &workload, slo, prices: Default::default(), frontier_metric: FrontierMetric::Tpot, closest: 5, stop_early: true };
     let (t, cpu0) = (Instant::now(), cpu_seconds());
     let r = run_plan(input, &eval, &ProgressBar::hidden()).expect("plan");
     let s = t.elapsed().as_secs_f64();

@@ -36,6 +36,7 @@ impl Evaluator for Toy {
             output_tokens_per_s: rate_per_s.min(10.0 * c.total_gpus() as f64) * 100.0,
             peak_running_seqs: 100,
             predicted_by: "toy".into(),
+            stopped_early: false,
         })
     }
 }
@@ -77,6 +78,7 @@ fn plan(slo: Slo, prices: BTreeMap<String, f64>) -> kernelsight::plan::search::P
         prices,
         frontier_metric: FrontierMetric::Ttft,
         closest: 3,
+        stop_early: true,
     };
     run_plan(input, &Toy, &ProgressBar::hidden()).unwrap()
 }
@@ -197,7 +199,7 @@ fn a_seq_limit_that_never_bound_reuses_the_larger_run() {
     let n = order.len();
     let w = workload(30.0);
     let slo = Slo { ttft_ms: Some(400.0), tpot_ms: None, e2e_ms: None, percentile: 99.0 };
-    let input = PlanInput { enumerated, workload: &w, slo, prices: BTreeMap::new(), frontier_metric: FrontierMetric::Ttft, closest: 3 };
+    let input = PlanInput { enumerated, workload: &w, slo, prices: BTreeMap::new(), frontier_metric: FrontierMetric::Ttft, closest: 3, stop_early: true };
     let eval = Counting(Default::default());
     let r = run_plan(input, &eval, &ProgressBar::hidden()).unwrap();
     assert_eq!(r.evaluated.len(), n);
@@ -205,4 +207,39 @@ fn a_seq_limit_that_never_bound_reuses_the_larger_run() {
     assert_eq!(eval.0.load(std::sync::atomic::Ordering::SeqCst), n / 3 * 2);
     // Results keep the enumeration order and each candidate its own limits.
     assert!(r.evaluated.iter().zip(&order).all(|(e, c)| &e.candidate == c));
+}
+
+/// Stops every run that misses TTFT, reporting half its latency (a lower bound), as an
+/// early-stopping evaluator would; full runs are the toy's.
+struct Stopping;
+impl Evaluator for Stopping {
+    fn evaluate(&self, c: &Candidate, w: &WorkloadSpec, pct: f64) -> anyhow::Result<Outcome> {
+        Toy.evaluate(c, w, pct)
+    }
+    fn evaluate_or_stop(&self, c: &Candidate, w: &WorkloadSpec, pct: f64, stop: Option<kernelsight::plan::evaluate::StopRule>) -> anyhow::Result<Outcome> {
+        let mut o = Toy.evaluate(c, w, pct)?;
+        let rule = stop.expect("the search passes a stop rule");
+        if o.ttft_ms.at_slo > rule.ttft_ms.unwrap() {
+            o.stopped_early = true;
+            o.ttft_ms = q(o.ttft_ms.at_slo / 2.0);
+        }
+        Ok(o)
+    }
+}
+
+#[test]
+fn stopped_runs_are_finished_before_being_shown_as_closest_and_stay_off_the_frontier() {
+    let m = ModelConfig::load("llama-3.1-8b").unwrap();
+    let w = workload(30.0);
+    // Unmeetable TTFT: every run stops; the closest must be re-run in full (8 GPUs: 160 ms,
+    // ratio 1.6, not the stopped run's 0.8).
+    let slo = Slo { ttft_ms: Some(100.0), tpot_ms: None, e2e_ms: None, percentile: 99.0 };
+    let input = PlanInput { enumerated: space().enumerate(&m).unwrap(), workload: &w, slo, prices: BTreeMap::new(), frontier_metric: FrontierMetric::Ttft, closest: 3, stop_early: true };
+    let r = run_plan(input, &Stopping, &ProgressBar::hidden()).unwrap();
+    assert!(r.best.is_none());
+    assert!(r.closest.iter().all(|&i| !r.evaluated[i].outcome.stopped_early));
+    let c = &r.evaluated[r.closest[0]];
+    assert_eq!(c.gpus, 8);
+    assert!((c.slo_ratio - 1.6).abs() < 1e-9, "{}", c.slo_ratio);
+    assert!(r.frontier.iter().all(|&i| !r.evaluated[i].outcome.stopped_early));
 }

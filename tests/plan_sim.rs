@@ -116,3 +116,22 @@ fn disaggregated_ttft_adds_the_transfer_and_one_decode_step() {
     assert!((dis.tpot_ms.p50 / colo.tpot_ms.p50 - 1.0).abs() < 0.01, "{} vs {}", dis.tpot_ms.p50, colo.tpot_ms.p50);
     assert_eq!(dis.requests, 20);
 }
+
+#[test]
+fn an_overloaded_run_stops_early_and_a_healthy_one_does_not() {
+    use kernelsight::plan::evaluate::StopRule;
+    use kernelsight::plan::slo::Slo;
+    let e = eval();
+    let slo = Slo { ttft_ms: Some(500.0), tpot_ms: None, e2e_ms: None, percentile: 99.0 };
+    let rule = StopRule::new(&slo, 400);
+    // 200 req/s of 2000-token prompts is far beyond one H200: the queue grows without bound.
+    let hot = workload(200.0, 400, 2000, 200);
+    let stopped = e.evaluate_or_stop(&cand(1, 256, None), &hot, 99.0, rule).unwrap();
+    assert!(stopped.stopped_early && stopped.requests < 400, "{} requests", stopped.requests);
+    let full = e.evaluate(&cand(1, 256, None), &hot, 99.0).unwrap();
+    assert!(!full.stopped_early && full.requests == 400 && full.ttft_ms.p99 > 500.0);
+    // At 1 req/s nothing is missed: the run is the full one.
+    let calm = workload(1.0, 100, 200, 100);
+    let a = e.evaluate_or_stop(&cand(1, 256, None), &calm, 99.0, StopRule::new(&slo, 100)).unwrap();
+    assert_eq!(a, e.evaluate(&cand(1, 256, None), &calm, 99.0).unwrap());
+}

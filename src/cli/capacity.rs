@@ -13,6 +13,7 @@ use crate::sim::engine::EngineParams;
 use crate::workload::Arrival;
 use anyhow::{bail, Result};
 use clap::Args;
+use indicatif::ProgressBar;
 
 #[derive(Debug, Args)]
 pub struct CapacityArgs {
@@ -83,7 +84,11 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
     let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?;
     let started = std::time::Instant::now();
+    let spinner = if a.run.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    spinner.set_message("searching the highest sustainable rate");
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let result = max_sustainable_rate(&eval, &cand, &workload, &slo, &CapacityOptions { start_rate_per_s: start, ..CapacityOptions::default() })?;
+    spinner.finish_and_clear();
     let elapsed_s = started.elapsed().as_secs_f64();
     let header = vec![
         format!("Capacity of {} on {}", model.name, cand.label()),

@@ -104,6 +104,10 @@ pub struct PlanArgs {
     /// Kernel-time model: roofline, target (fitted on the GPU) or cross-gen (never uses it).
     #[arg(long, value_enum, default_value = "roofline")]
     pub tier: Tier,
+    /// Run every simulation to the end. By default a run stops once its TTFT or E2E
+    /// percentile can no longer meet the target; such candidates stay off the frontier.
+    #[arg(long)]
+    pub exhaustive: bool,
     /// Closest candidates to show when none meets the SLOs.
     #[arg(long, default_value_t = 5)]
     pub closest: usize,
@@ -216,6 +220,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         prices: prices(&gpus, &a.price)?,
         frontier_metric: a.frontier_metric,
         closest: a.closest,
+        stop_early: !a.exhaustive,
     };
     let result = run_plan(input, &eval, &pb)?;
     // Latency vs load of the chosen deployment (or the closest one): how much headroom it has.
@@ -223,7 +228,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let capacity = match focus {
         Some(e) => {
             let opts = CapacityOptions { start_rate_per_s: rate_per_s, ..CapacityOptions::default() };
-            Some(max_sustainable_rate(&eval, &e.candidate, &workload, &slo, &opts)?)
+            let spinner = if a.run.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+            spinner.set_message(format!("searching the highest rate {} sustains", e.label));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+            let c = max_sustainable_rate(&eval, &e.candidate, &workload, &slo, &opts)?;
+            spinner.finish_and_clear();
+            Some(c)
         }
         None => None,
     };

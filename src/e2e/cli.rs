@@ -10,9 +10,9 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  kernelsight validate e2e --out out/e2e\n\nRuns of the calibration families fit the host-overhead model; the other families are held out and never used for fitting anything.")]
 pub struct E2eArgs {
-    /// Folder of H200 traces (one sub-folder per model, see its README).
-    #[arg(long, default_value = "calibration/traces/h200_sxm")]
-    pub traces: PathBuf,
+    /// Trace folders (one sub-folder per model, see their READMEs); repeatable.
+    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2"])]
+    pub traces: Vec<PathBuf>,
     /// Kernel-time tiers to compare (repeatable); default: roofline, target and cross-gen.
     #[arg(long, value_enum)]
     pub tier: Vec<Tier>,
@@ -29,7 +29,8 @@ pub struct E2eArgs {
 
 pub fn run(args: E2eArgs) -> Result<()> {
     let tiers = if args.tier.is_empty() { vec![Tier::Roofline, Tier::Target, Tier::CrossGen] } else { args.tier.clone() };
-    let report = traces::validate(&args.traces, &tiers)?;
+    let dirs: Vec<&std::path::Path> = args.traces.iter().map(PathBuf::as_path).collect();
+    let report = traces::validate(&dirs, &tiers)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -59,6 +59,8 @@ pub struct TraceRun {
     pub blocks_per_group: u32,
     pub max_batch_tokens: u32,
     pub prefix_sharing: bool,
+    /// Tensor-parallel degree the run used.
+    pub tp: u64,
     pub steps: Vec<TraceStep>,
     /// Finished requests only.
     pub requests: Vec<TraceRequest>,
@@ -167,6 +169,7 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         blocks_per_group: u64_field(engine, "num_blocks", origin)? as u32,
         max_batch_tokens: u64_field(cache, "max_batch_tokens", origin)? as u32,
         prefix_sharing: cache.get("use_prefix_sharing").and_then(Value::as_bool).unwrap_or(false),
+        tp: engine.get("tp").and_then(Value::as_u64).unwrap_or(1).max(1),
         steps,
         requests: Vec::new(),
         sent: Vec::new(),
@@ -258,9 +261,10 @@ pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
     ])
 }
 
-fn predictor(model: &ModelConfig, tier: Tier, host: HostOverhead) -> Result<Predictor> {
+fn predictor(model: &ModelConfig, tp: u64, tier: Tier, host: HostOverhead) -> Result<Predictor> {
     let gpu = load_gpu("h200_sxm")?;
-    Ok(Predictor::new(model, &gpu, &Deployment::default(), tier)?.with_host_overhead(host).with_attention_impl(AttentionImpl::PackedSdpa))
+    let dep = Deployment { tp, ..Deployment::default() };
+    Ok(Predictor::new(model, &gpu, &dep, tier)?.with_host_overhead(host).with_attention_impl(AttentionImpl::PackedSdpa))
 }
 
 /// A logged decode-only step as the simulator's batch: `n` sequences sharing the KV read.
@@ -276,8 +280,8 @@ fn decode_step_batch(s: &TraceStep) -> Vec<SeqWork> {
 pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut rows: Vec<([f64; 3], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
-        let p = predictor(&m.config, tier, zero_host())?;
-        for run in m.runs.iter().filter(|r| r.status == "ok") {
+        let p = predictor(&m.config, 1, tier, zero_host())?;
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1) {
             for s in run.steps.iter().filter(|s| s.num_decode == s.num_requests && s.num_requests > 0) {
                 let measured_us = (s.end_s - s.start_s) * 1e6;
                 let gpu_us = p.step_time(&decode_step_batch(s)).total_us;
@@ -371,7 +375,7 @@ impl RequestSource for VecSource {
 
 /// Replays one run with the `hf` engine and returns the predicted metrics.
 pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<(BTreeMap<&'static str, f64>, String)> {
-    let p = predictor(&model.config, tier, host.clone())?;
+    let p = predictor(&model.config, run.tp, tier, host.clone())?;
     let mut engine = EngineParams::load("hf")?;
     engine.block_size = run.block_size;
     engine.max_num_batched_tokens = run.max_batch_tokens;
@@ -401,6 +405,20 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
     Ok((metrics, p.describe()))
 }
 
+/// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
+/// communication and TP step model on top.
+pub const SPLITS: [&str; 3] = ["calibration", "held-out", "held-out-tp"];
+
+fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
+    if run.tp > 1 {
+        "held-out-tp"
+    } else if m.is_calibration() {
+        "calibration"
+    } else {
+        "held-out"
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
     pub model: String,
@@ -423,9 +441,14 @@ pub struct TracesReport {
     pub excluded: Vec<(String, String)>,
 }
 
-/// Replays every complete run under each tier and aggregates the errors.
-pub fn validate(dir: &Path, tiers: &[Tier]) -> Result<TracesReport> {
-    let models = load_dir(dir)?;
+/// Replays every complete run of the trace folders under each tier and aggregates the errors.
+/// Only single-GPU runs of the calibration families fit the host model; tensor-parallel runs
+/// form their own held-out split.
+pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
+    let mut models = Vec::new();
+    for dir in dirs {
+        models.extend(load_dir(dir)?);
+    }
     let mut report = TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![] };
     for m in &models {
         for r in m.runs.iter().filter(|r| r.status != "ok") {
@@ -443,7 +466,7 @@ pub fn validate(dir: &Path, tiers: &[Tier]) -> Result<TracesReport> {
                 report.runs.push(RunResult {
                     model: m.label.clone(),
                     run: run.key.clone(),
-                    split: if m.is_calibration() { "calibration" } else { "held-out" },
+                    split: split_of(m, run),
                     tier: tier.as_str(),
                     measured,
                     predicted,
@@ -452,7 +475,7 @@ pub fn validate(dir: &Path, tiers: &[Tier]) -> Result<TracesReport> {
             }
         }
         report.host_fits.insert(tier.as_str(), host);
-        for split in ["calibration", "held-out"] {
+        for split in SPLITS {
             let rows: Vec<&RunResult> = report.runs.iter().filter(|r| r.tier == tier.as_str() && r.split == split).collect();
             let per_metric = METRICS.iter().map(|&k| (k, ErrorStats::of(&rows.iter().map(|r| r.ape[k]).collect::<Vec<_>>()))).collect();
             report.summary.entry(tier.as_str()).or_default().insert(split, per_metric);
@@ -482,7 +505,7 @@ impl TracesReport {
             }
         }
         s += "\n  worst held-out runs (by TPOT p50 APE):\n";
-        let mut held: Vec<&RunResult> = self.runs.iter().filter(|r| r.split == "held-out").collect();
+        let mut held: Vec<&RunResult> = self.runs.iter().filter(|r| r.split != "calibration").collect();
         held.sort_by(|a, b| b.ape["tpot_p50"].total_cmp(&a.ape["tpot_p50"]));
         for r in held.iter().take(5) {
             s += &format!(

@@ -8,40 +8,33 @@
 //! - `all_reduce`: `perf::sol` counts ring traffic, 2(n-1)/n of the message per GPU; in-switch
 //!   reduction (NVLink SHARP, which NCCL uses on NVSwitch systems) needs only (n-1)/n, and
 //!   public 8xH200 NCCL all-reduce rows run faster than the ring bound.
-//! - `mla_prefill` (DeepSeek geometry, head_dim 576): `kernels::cost` counts the absorbed
-//!   latent form, 2(2*576 - 64) FLOPs per head and (query, key) pair; prefill kernels use the
-//!   MHA form, 2(192 + 128), 3.4x fewer (public rows ran at 0.37x the latent-form SOL). Bytes
-//!   keep the latent count, the smaller of the two.
-//! - attention with an FP8 KV cache: `perf::sol` uses the peak of `dtype`; kernels may run the
-//!   MMAs in FP8 (public B200 MLA decode rows ran 19% below the bf16-peak bound).
+//!
+//! (`mla_prefill` in MHA form and attention over an FP8 KV cache at the FP8 peak, found by this
+//! validation, are now in `kernels::cost` and `perf::sol` themselves.)
 
 use crate::hardware::GpuSpec;
-use crate::kernels::cost::{causal_pairs, expected_active_experts};
+use crate::kernels::cost::expected_active_experts;
 use crate::perf::sol::{link_bytes_per_s, sol, Bound, Sol};
-use crate::schema::{Dtype, Kernel, Op};
+use crate::schema::{Kernel, Op};
 
 pub fn hard_sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
     adjusted(k, gpu, true)
 }
 
-/// The practical bound's counts: `perf::sol` with the MLA-prefill and FP8-KV corrections, which
-/// describe how kernels run, but uniform MoE routing and ring all-reduce traffic.
+/// The practical bound's counts: `perf::sol` as is (uniform MoE routing, ring all-reduce).
 pub fn nominal_sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
     adjusted(k, gpu, false)
 }
 
 fn adjusted(k: &Kernel, gpu: &GpuSpec, lower: bool) -> Sol {
     let s = sol(k, gpu);
-    let (mut flops, mut bytes) = (s.flops, s.bytes);
+    let mut bytes = s.bytes;
     match k.op {
         Op::Moe if lower => bytes -= moe_excess_expert_bytes(k),
         Op::AllReduce if lower => bytes /= 2.0,
-        Op::MlaPrefill if k.head_dim == DEEPSEEK_LATENT_DIM => {
-            flops = 2.0 * k.batch as f64 * k.num_heads as f64 * DEEPSEEK_MHA_QK_PLUS_V * causal_pairs(k.seq_len, k.kv_len, 0);
-        }
         _ => {}
     }
-    let compute_us = flops / gpu.peak_flops(compute_dtype(k)) * 1e6;
+    let (flops, compute_us) = (s.flops, s.compute_us);
     let rate = if k.op.is_collective() { link_bytes_per_s(gpu, k.num_gpus) } else { gpu.hbm_bytes_per_s() };
     let memory_us = bytes / rate * 1e6;
     let bound = match (k.op.is_collective(), compute_us >= memory_us) {
@@ -50,20 +43,6 @@ fn adjusted(k: &Kernel, gpu: &GpuSpec, lower: bool) -> Sol {
         (false, false) => Bound::Memory,
     };
     Sol { flops, bytes, compute_us, memory_us, sol_us: compute_us.max(memory_us), bound }
-}
-
-/// MLA latent head dim of DeepSeek-V3 geometry (kv_lora_rank 512 + rope 64), the ingest
-/// convention; prefill kernels run it in MHA form with qk 128 + 64 and v 128 per head.
-const DEEPSEEK_LATENT_DIM: u64 = 576;
-const DEEPSEEK_MHA_QK_PLUS_V: f64 = 192.0 + 128.0;
-
-/// Format of the contractions: attention over an FP8 KV cache may run its MMAs in FP8.
-fn compute_dtype(k: &Kernel) -> Dtype {
-    let attention = matches!(k.op, Op::AttnPrefill | Op::AttnDecode | Op::MlaPrefill | Op::MlaDecode);
-    match k.kv_dtype {
-        Some(kv) if attention && kv.bytes() < k.dtype.bytes() => kv,
-        _ => k.dtype,
-    }
 }
 
 /// What `hard_sol` changes for an op, for answers.

@@ -60,12 +60,15 @@ pub fn flops(k: &Kernel) -> f64 {
             let kv = if k.window > 0 { k.kv_len.min(k.window) } else { k.kv_len };
             4.0 * f(k.batch) * f(k.num_heads) * f(k.head_dim) * f(kv)
         }
-        // MLA in latent (absorbed) form: head_dim = kv_lora_rank + rope dim (576 for DeepSeek),
-        // values of kv_lora_rank (512): QK over head_dim, PV over head_dim - 64.
+        // MLA prefill runs the decompressed (MHA) form: per head QK over nope + rope dims and
+        // PV over v dims. With the schema's latent head_dim = kv_lora_rank + rope (576 for
+        // DeepSeek-V2/V3: 512 + 64, nope 128, v 128) those are head_dim - 384 and head_dim - 448.
         Op::MlaPrefill => {
             let pairs = causal_pairs(k.seq_len, k.kv_len, 0);
-            2.0 * f(k.batch) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * pairs
+            let (qk, v) = ((f(k.head_dim) - 384.0).max(64.0), (f(k.head_dim) - 448.0).max(64.0));
+            2.0 * f(k.batch) * f(k.num_heads) * (qk + v) * pairs
         }
+        // MLA decode in latent (absorbed) form: QK over head_dim (576), PV over kv_lora_rank (512).
         Op::MlaDecode => 2.0 * f(k.batch) * f(k.num_heads) * (2.0 * f(k.head_dim) - 64.0) * f(k.kv_len),
         // Gated DeltaNet: per token and value head a d_k x d_v state update and readout (~4 MACs/elem).
         Op::LinearAttn => 8.0 * f(k.num_tokens) * f(k.num_heads) * f(k.head_dim) * f(k.head_dim),
@@ -180,6 +183,15 @@ mod tests {
         assert_eq!(bytes(&k), kv + qo);
         k.window = 1024;
         assert_eq!(bytes(&k), kv / 4.0 + qo);
+    }
+
+    #[test]
+    fn mla_prefill_counts_the_mha_form() {
+        let mut k = Kernel::new(Op::MlaPrefill, Dtype::Bf16);
+        (k.batch, k.seq_len, k.num_heads, k.num_kv_heads, k.head_dim) = (1, 1024, 128, 1, 576);
+        // DeepSeek-V3: QK over 192 dims, PV over 128, per head and causal pair.
+        let pairs = 1024.0 * 1025.0 / 2.0;
+        assert_eq!(flops(&k), 2.0 * 128.0 * (192.0 + 128.0) * pairs);
     }
 
     #[test]

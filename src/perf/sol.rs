@@ -60,7 +60,13 @@ pub fn collective_wire_bytes(k: &Kernel) -> f64 {
 
 pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
     let flops = cost::flops(k);
-    let compute_us = flops / gpu.peak_flops(k.dtype) * 1e6;
+    // Attention over an fp8 KV cache can run its matmuls in fp8 (FlashAttention-3, TRT-LLM):
+    // the bound takes the faster of the two peaks.
+    let peak = match (k.op.class(), k.kv_dtype) {
+        ("attention", Some(kv)) => gpu.peak_flops(k.dtype).max(gpu.peak_flops(kv)),
+        _ => gpu.peak_flops(k.dtype),
+    };
+    let compute_us = flops / peak * 1e6;
     if k.op.is_collective() {
         let wire = collective_wire_bytes(k);
         let net_us = wire / link_bytes_per_s(gpu, k.num_gpus) * 1e6;

@@ -99,7 +99,7 @@ impl Search<'_> {
         let pass = self
             .points
             .iter()
-            .filter(|p| p.misses.is_empty() && fail.map_or(true, |f| p.rate_per_s < f))
+            .filter(|p| p.misses.is_empty() && fail.is_none_or(|f| p.rate_per_s < f))
             .map(|p| p.rate_per_s)
             .max_by(f64::total_cmp);
         (pass, fail)

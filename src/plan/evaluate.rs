@@ -31,6 +31,9 @@ pub struct Outcome {
     pub peak_running_seqs: u32,
     /// Which kernel-time model (tier) produced the step times.
     pub predicted_by: String,
+    /// The run stopped once a TTFT or E2E target could no longer be met: latencies and
+    /// throughput cover the requests finished by then (the latencies are lower bounds).
+    pub stopped_early: bool,
 }
 
 impl Outcome {
@@ -39,9 +42,54 @@ impl Outcome {
     }
 }
 
+/// When a run may stop early: its TTFT or E2E percentile can no longer meet the target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StopRule {
+    pub ttft_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+    /// Requests that may exceed a target before the percentile must exceed it too.
+    pub allowed_misses: u64,
+}
+
+impl StopRule {
+    /// For a run of `n` requests: the nearest-rank percentile p is the value at rank
+    /// ceil(p n / 100), so it exceeds a target once more than n - rank requests do. None when
+    /// `slo` has no TTFT or E2E target (TPOT is undefined for one-token answers).
+    pub fn new(slo: &super::slo::Slo, n: u64) -> Option<StopRule> {
+        if slo.ttft_ms.is_none() && slo.e2e_ms.is_none() {
+            return None;
+        }
+        let rank = ((slo.percentile / 100.0 * n as f64).ceil() as u64).clamp(1, n.max(1));
+        Some(StopRule { ttft_ms: slo.ttft_ms, e2e_ms: slo.e2e_ms, allowed_misses: n.saturating_sub(rank) })
+    }
+}
+
 /// Simulates a candidate on a workload. Implementations are deterministic for a given
 /// workload seed and safe to call from several threads at once.
 pub trait Evaluator: Sync {
     /// `percentile` is the one the SLOs use (reported as `Quantiles::at_slo`).
     fn evaluate(&self, cand: &Candidate, workload: &WorkloadSpec, percentile: f64) -> Result<Outcome>;
+
+    /// Like `evaluate`, but may stop once `stop` decides that a target is missed
+    /// (`Outcome::stopped_early`). The default runs to the end.
+    fn evaluate_or_stop(&self, cand: &Candidate, workload: &WorkloadSpec, percentile: f64, _stop: Option<StopRule>) -> Result<Outcome> {
+        self.evaluate(cand, workload, percentile)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::slo::Slo;
+
+    #[test]
+    fn stop_rule_allows_the_requests_above_the_percentile_rank() {
+        // p99 of 1000 requests is the 990th smallest: 10 may exceed the target.
+        let slo = Slo { ttft_ms: Some(500.0), tpot_ms: None, e2e_ms: None, percentile: 99.0 };
+        assert_eq!(StopRule::new(&slo, 1000).unwrap().allowed_misses, 10);
+        // p50 of 5: rank 3, 2 may exceed. p100: none.
+        assert_eq!(StopRule::new(&Slo { percentile: 50.0, ..slo.clone() }, 5).unwrap().allowed_misses, 2);
+        assert_eq!(StopRule::new(&Slo { percentile: 100.0, ..slo.clone() }, 7).unwrap().allowed_misses, 0);
+        assert!(StopRule::new(&Slo { ttft_ms: None, tpot_ms: Some(20.0), ..slo }, 1000).is_none());
+    }
 }

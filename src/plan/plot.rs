@@ -115,7 +115,12 @@ struct Frontier {
 pub fn frontier_plot(dir: &Path, r: &PlanResult) -> Result<Vec<PathBuf>> {
     let metric = r.frontier_metric;
     let point = |i: usize| (metric.value(&r.evaluated[i].outcome), r.evaluated[i].output_tokens_per_s_per_gpu);
-    let pts = (0..r.evaluated.len()).map(|i| (point(i).0, point(i).1, r.evaluated[i].meets_slo())).filter(|p| p.0.is_finite() && p.0 > 0.0).collect();
+    // Stopped runs have only lower bounds on latency: not plotted.
+    let pts = (0..r.evaluated.len())
+        .filter(|&i| !r.evaluated[i].outcome.stopped_early)
+        .map(|i| (point(i).0, point(i).1, r.evaluated[i].meets_slo()))
+        .filter(|p| p.0.is_finite() && p.0 > 0.0)
+        .collect();
     let limit = match metric {
         FrontierMetric::Ttft => r.slo.ttft_ms,
         FrontierMetric::Tpot => r.slo.tpot_ms,
@@ -123,7 +128,7 @@ pub fn frontier_plot(dir: &Path, r: &PlanResult) -> Result<Vec<PathBuf>> {
     };
     let pct = fmt_percentile(r.slo.percentile);
     let fig = Frontier {
-        title: format!("Throughput per GPU vs {pct} {} ({} candidates)", metric.name(), r.evaluated.len()),
+        title: format!("Throughput per GPU vs {pct} {} ({} runs to the end)", metric.name(), r.evaluated.iter().filter(|e| !e.outcome.stopped_early).count()),
         x_desc: format!("{pct} {} (ms, log scale)", metric.name()),
         pts,
         line: r.frontier.iter().map(|&i| point(i)).collect(),
@@ -210,7 +215,8 @@ impl Figure for LoadCurve {
         let root = root.titled(&self.title, ("sans-serif", 24)).map_err(err)?;
         let panels = root.split_evenly((2, 1));
         let x1 = lin_max(self.pts.iter().map(|p| p.0).chain(self.marks.iter().map(|m| m.0)));
-        let series: [(&str, Option<f64>, fn(&(f64, f64, f64)) -> f64, RGBColor); 2] =
+        type Get = fn(&(f64, f64, f64)) -> f64;
+        let series: [(&str, Option<f64>, Get, RGBColor); 2] =
             [("TTFT", self.ttft_limit, |p| p.1, BLUE), ("TPOT", self.tpot_limit, |p| p.2, MAGENTA)];
         for (panel, (name, limit, get, color)) in panels.iter().zip(series) {
             let (y0, y1) = log_range(self.pts.iter().map(get).chain(limit));

@@ -27,8 +27,8 @@ fn table(out: &mut String, rows: &[&Evaluated], pct: &str) {
     let w = rows.iter().map(|e| e.label.len()).max().unwrap_or(10).max(10);
     let _ = writeln!(
         out,
-        "  {:<w$}  {:>4}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {}",
-        "deployment", "GPUs", "USD/h", "tok/s/GPU", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"), "SLO"
+        "  {:<w$}  {:>4}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  SLO",
+        "deployment", "GPUs", "USD/h", "tok/s/GPU", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E")
     );
     for e in rows {
         let o = &e.outcome;
@@ -86,6 +86,10 @@ pub fn render_plan(header: &[String], r: &PlanResult, capacity: Option<&Capacity
         if pruned.is_empty() { String::new() } else { format!("; pruned layouts: {}", pruned.join(", ")) },
         if r.failed.is_empty() { String::new() } else { format!("; {} simulations failed", r.failed.len()) }
     );
+    let stopped = r.evaluated.iter().filter(|e| e.outcome.stopped_early).count();
+    if stopped > 0 {
+        let _ = writeln!(out, "{stopped} runs stopped early once a TTFT/E2E target could no longer be met (--exhaustive runs them to the end)");
+    }
     for n in &r.notes {
         let _ = writeln!(out, "note: {n}");
     }
@@ -183,7 +187,7 @@ pub fn render_capacity(header: &[String], slo: &Slo, c: &CapacityResult) -> Stri
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Latency vs load:");
-    let _ = writeln!(out, "  {:>9}  {:>10}  {:>9}  {:>9}  {:>9}  {}", "req/s", "out tok/s", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"), "SLO");
+    let _ = writeln!(out, "  {:>9}  {:>10}  {:>9}  {:>9}  {:>9}  SLO", "req/s", "out tok/s", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"));
     for p in &c.curve {
         let o = &p.outcome;
         let verdict = if p.misses.is_empty() { "met".to_string() } else { p.misses.iter().map(|m| m.metric.to_uppercase()).collect::<Vec<_>>().join("+") + " missed" };
@@ -216,6 +220,7 @@ pub fn plan_json(question: Value, r: &PlanResult, capacity: Option<&CapacityResu
         "chosen_capacity": capacity.map(capacity_json_body),
         "candidates_evaluated": r.evaluated.len(),
         "simulations_run": r.simulations_run,
+        "runs_stopped_early": r.evaluated.iter().filter(|e| e.outcome.stopped_early).count(),
         "candidates_meeting_slo": r.evaluated.iter().filter(|e| e.meets_slo()).count(),
         "pruned": r.pruned,
         "failed": r.failed,

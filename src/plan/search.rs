@@ -3,11 +3,11 @@
 
 use super::candidate::{Candidate, PoolSplit};
 use crate::deployment::Deployment;
-use super::evaluate::{Evaluator, Outcome};
+use super::evaluate::{Evaluator, Outcome, StopRule};
 use super::frontier::pareto_frontier;
 use super::slo::{Miss, Slo};
 use super::space::{Enumerated, Pruned};
-use crate::workload::WorkloadSpec;
+use crate::workload::{WorkloadSpec, DEFAULT_NUM_REQUESTS};
 use anyhow::{bail, Result};
 use indicatif::ProgressBar;
 use rayon::prelude::*;
@@ -56,8 +56,10 @@ pub struct Evaluated {
 }
 
 impl Evaluated {
+    /// A stopped run missed a target by construction, even when its partial percentiles
+    /// happen to round below it.
     pub fn meets_slo(&self) -> bool {
-        self.misses.is_empty()
+        self.misses.is_empty() && !self.outcome.stopped_early
     }
 }
 
@@ -100,7 +102,14 @@ pub struct PlanInput<'a> {
     pub frontier_metric: FrontierMetric,
     /// How many closest candidates to report when nothing meets the SLOs.
     pub closest: usize,
+    /// Stop a run once its TTFT or E2E percentile can no longer meet the target (needs the
+    /// workload's request count, so not for replayed traces).
+    pub stop_early: bool,
 }
+
+/// A candidate's position in the input, the candidate, its outcome, and whether the outcome
+/// was reused from a run with a larger max-num-seqs.
+type Run = (usize, Candidate, Result<Outcome>, bool);
 
 /// Simulates every candidate (in parallel; the order of results does not depend on the
 /// thread count) and ranks them. Candidates that differ only in max-num-seqs are run from the
@@ -122,8 +131,12 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
     }
     progress.set_length(candidates.len() as u64);
     let pct = input.slo.percentile;
+    let stop = match (input.stop_early, &input.workload.trace) {
+        (true, None) => StopRule::new(&input.slo, input.workload.num_requests.unwrap_or(DEFAULT_NUM_REQUESTS)),
+        _ => None,
+    };
     let groups = seq_limit_groups(candidates);
-    let evaluated_groups: Vec<Vec<(usize, Candidate, Result<Outcome>, bool)>> = groups
+    let evaluated_groups: Vec<Vec<Run>> = groups
         .into_par_iter()
         .map(|group| {
             let mut out = Vec::with_capacity(group.len());
@@ -131,7 +144,7 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
             for (idx, c) in group {
                 let (r, reused) = match &last {
                     Some(o) if o.peak_running_seqs <= c.limits.max_num_seqs => (Ok(o.clone()), true),
-                    _ => (eval.evaluate(&c, input.workload, pct), false),
+                    _ => (eval.evaluate_or_stop(&c, input.workload, pct, stop), false),
                 };
                 last = r.as_ref().ok().cloned();
                 progress.inc(1);
@@ -140,7 +153,7 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
             out
         })
         .collect();
-    let mut flat: Vec<(usize, Candidate, Result<Outcome>, bool)> = evaluated_groups.into_iter().flatten().collect();
+    let mut flat: Vec<Run> = evaluated_groups.into_iter().flatten().collect();
     flat.sort_by_key(|x| x.0);
     let simulations_run = flat.iter().filter(|x| !x.3).count();
     let results: Vec<(Candidate, Result<Outcome>)> = flat.into_iter().map(|(_, c, r, _)| (c, r)).collect();
@@ -194,23 +207,42 @@ pub fn run_plan(input: PlanInput, eval: &dyn Evaluator, progress: &ProgressBar) 
         let (ea, eb) = (&evaluated[a], &evaluated[b]);
         rank_key(ea).total_cmp(&rank_key(eb)).then(ea.gpus.cmp(&eb.gpus)).then(ea.slo_ratio.total_cmp(&eb.slo_ratio)).then(a.cmp(&b))
     });
-    let closest = if best.is_none() {
-        let mut idx: Vec<usize> = (0..evaluated.len()).collect();
-        idx.sort_by(|&a, &b| {
-            let (ea, eb) = (&evaluated[a], &evaluated[b]);
-            ea.slo_ratio
-                .total_cmp(&eb.slo_ratio)
-                .then(ea.misses.len().cmp(&eb.misses.len()))
-                .then(rank_key(ea).total_cmp(&rank_key(eb)))
-                .then(a.cmp(&b))
-        });
-        idx.truncate(input.closest);
-        idx
-    } else {
-        Vec::new()
-    };
-    let points: Vec<(f64, f64)> =
-        evaluated.iter().map(|e| (input.frontier_metric.value(&e.outcome), e.output_tokens_per_s_per_gpu)).collect();
+    let mut closest = Vec::new();
+    if best.is_none() {
+        // A stopped run's latencies are lower bounds: finish the runs that would be shown
+        // until the closest candidates all ran to the end.
+        loop {
+            let mut idx: Vec<usize> = (0..evaluated.len()).collect();
+            idx.sort_by(|&a, &b| {
+                let (ea, eb) = (&evaluated[a], &evaluated[b]);
+                ea.slo_ratio
+                    .total_cmp(&eb.slo_ratio)
+                    .then(ea.misses.len().cmp(&eb.misses.len()))
+                    .then(rank_key(ea).total_cmp(&rank_key(eb)))
+                    .then(a.cmp(&b))
+            });
+            idx.truncate(input.closest);
+            let unfinished: Vec<usize> = idx.iter().copied().filter(|&i| evaluated[i].outcome.stopped_early).collect();
+            if unfinished.is_empty() {
+                closest = idx;
+                break;
+            }
+            let rerun: Vec<Result<Outcome>> = unfinished.par_iter().map(|&i| eval.evaluate(&evaluated[i].candidate, input.workload, pct)).collect();
+            for (&i, r) in unfinished.iter().zip(rerun) {
+                let e = &mut evaluated[i];
+                e.outcome = r?;
+                let lat = e.outcome.at_slo();
+                e.misses = input.slo.misses(&lat);
+                e.slo_ratio = input.slo.worst_ratio(&lat);
+                e.output_tokens_per_s_per_gpu = e.outcome.output_tokens_per_s / e.gpus as f64;
+            }
+        }
+    }
+    // Stopped runs have no final latencies: they stay off the frontier.
+    let points: Vec<(f64, f64)> = evaluated
+        .iter()
+        .map(|e| if e.outcome.stopped_early { (f64::NAN, f64::NAN) } else { (input.frontier_metric.value(&e.outcome), e.output_tokens_per_s_per_gpu) })
+        .collect();
     let frontier = pareto_frontier(&points);
     Ok(PlanResult {
         slo: input.slo,

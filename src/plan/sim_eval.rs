@@ -8,7 +8,7 @@
 //! pool admits the request with its prompt already in KV and generates every output token.
 
 use super::candidate::Candidate;
-use super::evaluate::{Evaluator, Outcome, Quantiles};
+use super::evaluate::{Evaluator, Outcome, Quantiles, StopRule};
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
@@ -41,17 +41,48 @@ fn quantiles(h: &Histogram, pct: f64) -> Quantiles {
     Quantiles { p50: q(0.5), p90: q(0.9), p99: q(0.99), at_slo: q(pct / 100.0) }
 }
 
-/// Tracks the most sequences in one step and, when asked, keeps every request record.
+/// Watches a run: the most sequences in one step, latency histograms of finished requests,
+/// rejections, every record when `keep`, and the early-stop rule.
 #[derive(Default)]
 struct Watch {
     peak_seqs: u32,
     keep: bool,
     records: Vec<RequestRecord>,
+    ttft_us: Histogram,
+    tpot_us: Histogram,
+    e2e_us: Histogram,
+    output_tokens: u64,
+    last_finish_s: f64,
+    rejected: BTreeMap<&'static str, u64>,
+    stop: Option<StopRule>,
+    ttft_misses: u64,
+    e2e_misses: u64,
+    stopped: bool,
 }
+
 impl SimObserver for Watch {
     fn on_request(&mut self, r: &RequestRecord) -> Result<()> {
         if self.keep {
             self.records.push(r.clone());
+        }
+        if let Some(reason) = r.rejected {
+            *self.rejected.entry(reason).or_default() += 1;
+            return Ok(());
+        }
+        self.ttft_us.add(r.ttft_ms * 1e3);
+        self.e2e_us.add(r.e2e_ms * 1e3);
+        if let Some(t) = r.tpot_ms {
+            self.tpot_us.add(t * 1e3);
+        }
+        self.output_tokens += r.output_tokens as u64;
+        self.last_finish_s = self.last_finish_s.max(r.finish_s);
+        if let Some(rule) = self.stop {
+            self.ttft_misses += rule.ttft_ms.is_some_and(|l| r.ttft_ms > l) as u64;
+            self.e2e_misses += rule.e2e_ms.is_some_and(|l| r.e2e_ms > l) as u64;
+            if self.ttft_misses.max(self.e2e_misses) > rule.allowed_misses {
+                self.stopped = true;
+                bail!("stopped: a latency target can no longer be met");
+            }
         }
         Ok(())
     }
@@ -145,23 +176,26 @@ impl SimEvaluator {
         }
     }
 
-    fn colocated(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
+    fn colocated(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64, stop: Option<StopRule>) -> Result<Outcome> {
         let (engine, blocks, pred) = self.replica_setup(c, workload)?;
         let cfg = self.config(engine, blocks, c.dep.dp, c.dep.pp);
         let mut source = workload.build()?;
-        let mut watch = Watch::default();
-        let out = sim::run(&cfg, &pred, source.as_mut(), None, &mut watch)?;
-        let r = &out.rec;
-        check_rejections(&r.rejected)?;
-        let duration_s = r.last_finish_us * 1e-6;
+        let mut w = Watch { stop, ..Watch::default() };
+        match sim::run(&cfg, &pred, source.as_mut(), None, &mut w) {
+            Ok(_) => {}
+            Err(_) if w.stopped => {}
+            Err(e) => return Err(e),
+        }
+        check_rejections(&w.rejected)?;
         Ok(Outcome {
-            ttft_ms: quantiles(&r.ttft_us, pct),
-            tpot_ms: quantiles(&r.tpot_us, pct),
-            e2e_ms: quantiles(&r.e2e_us, pct),
-            requests: r.completed,
-            output_tokens_per_s: if duration_s > 0.0 { r.output_tokens as f64 / duration_s } else { 0.0 },
-            peak_running_seqs: watch.peak_seqs,
+            ttft_ms: quantiles(&w.ttft_us, pct),
+            tpot_ms: quantiles(&w.tpot_us, pct),
+            e2e_ms: quantiles(&w.e2e_us, pct),
+            requests: w.e2e_us.count(),
+            output_tokens_per_s: if w.last_finish_s > 0.0 { w.output_tokens as f64 / w.last_finish_s } else { 0.0 },
+            peak_running_seqs: w.peak_seqs,
             predicted_by: pred.describe(),
+            stopped_early: w.stopped,
         })
     }
 
@@ -172,8 +206,8 @@ impl SimEvaluator {
         let mut share = PrefillShare { inner: workload.build()?, outputs: HashMap::new() };
         let mut done = Watch { keep: true, ..Watch::default() };
         let cfg = self.config(engine.clone(), blocks, prefill, c.dep.pp);
-        let out = sim::run(&cfg, &pred, &mut share, None, &mut done).context("prefill pool")?;
-        check_rejections(&out.rec.rejected).context("prefill pool")?;
+        sim::run(&cfg, &pred, &mut share, None, &mut done).context("prefill pool")?;
+        check_rejections(&done.rejected).context("prefill pool")?;
         // Decode pool: each request arrives once its KV has landed.
         let mut arrivals: Vec<(f64, RequestRecord)> =
             std::mem::take(&mut done.records).into_iter().map(|r| (r.finish_s + kv_transfer_s(&self.model, c, gpu, r.prompt_tokens), r)).collect();
@@ -199,8 +233,8 @@ impl SimEvaluator {
         let budget = engine.max_num_batched_tokens.max(max_prompt.saturating_add(engine.max_num_seqs));
         let cfg = self.config(EngineParams { max_num_batched_tokens: budget, ..engine }, blocks, decode, c.dep.pp);
         let mut decoded = Watch { keep: true, ..Watch::default() };
-        let out = sim::run(&cfg, &ReceivedKv(&pred), &mut Listed(specs.into_iter()), None, &mut decoded).context("decode pool")?;
-        check_rejections(&out.rec.rejected).context("decode pool")?;
+        sim::run(&cfg, &ReceivedKv(&pred), &mut Listed(specs.into_iter()), None, &mut decoded).context("decode pool")?;
+        check_rejections(&decoded.rejected).context("decode pool")?;
         let (mut ttft, mut tpot, mut e2e) = (Histogram::default(), Histogram::default(), Histogram::default());
         let (mut tokens, mut end_s) = (0u64, 0.0f64);
         for r in &decoded.records {
@@ -221,6 +255,7 @@ impl SimEvaluator {
             output_tokens_per_s: if end_s > 0.0 { tokens as f64 / end_s } else { 0.0 },
             peak_running_seqs: done.peak_seqs.max(decoded.peak_seqs),
             predicted_by: pred.describe(),
+            stopped_early: false,
         })
     }
 }
@@ -255,8 +290,13 @@ fn check_rejections(rejected: &BTreeMap<&'static str, u64>) -> Result<()> {
 
 impl Evaluator for SimEvaluator {
     fn evaluate(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64) -> Result<Outcome> {
+        self.evaluate_or_stop(c, workload, pct, None)
+    }
+
+    /// Colocated runs stop early; disaggregated ones (two chained runs) run to the end.
+    fn evaluate_or_stop(&self, c: &Candidate, workload: &WorkloadSpec, pct: f64, stop: Option<StopRule>) -> Result<Outcome> {
         match c.disagg {
-            None => self.colocated(c, workload, pct),
+            None => self.colocated(c, workload, pct, stop),
             Some(s) => self.disaggregated(c, s.prefill_replicas, s.decode_replicas, workload, pct),
         }
     }

@@ -39,7 +39,7 @@ impl Slo {
         for (metric, limit, value) in pairs {
             if let Some(limit_ms) = limit {
                 // NaN (no request finished) counts as a miss.
-                if !(value <= limit_ms) {
+                if value.is_nan() || value > limit_ms {
                     out.push(Miss { metric, value_ms: value, limit_ms });
                 }
             }

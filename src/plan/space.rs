@@ -116,7 +116,7 @@ impl SearchSpace {
         if dep.tp > gpu.interconnect.gpus_per_node as u64 {
             return prune(format!("tp {} spans more than one {}-GPU NVLink domain", dep.tp, gpu.interconnect.gpus_per_node));
         }
-        if model.num_heads % dep.tp != 0 {
+        if !model.num_heads.is_multiple_of(dep.tp) {
             return prune(format!("tp {} does not divide the model's {} attention heads", dep.tp, model.num_heads));
         }
         let per_replica = dep.gpus_per_replica();
