@@ -58,6 +58,14 @@ fn held_out_shapes_and_gpus_are_predicted_from_the_physics() {
     assert!(rows.iter().all(|r| r.predicted_us >= r.sol_us * (1.0 - 1e-9)));
     // No held-out shape was in training: the fold is per shape.
     assert!(rows.iter().all(validate_is_fold0));
+
+    // The log-log plot: one point per row and tier (few enough to draw all), in PNG and SVG.
+    let dir = tempfile::tempdir().unwrap();
+    kernelsight::calibrate::plot::predicted_vs_measured(dir.path(), "p", &rows).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join("p.svg")).unwrap();
+    assert!(svg.matches("<circle").count() >= rows.len(), "{} circles", svg.matches("<circle").count());
+    assert!(svg.contains("cross-gen") && svg.contains("measured us"));
+    assert!(std::fs::metadata(dir.path().join("p.png")).unwrap().len() > 1000);
 }
 
 fn validate_is_fold0(r: &validate::ValRow) -> bool {

@@ -30,7 +30,8 @@ pub fn backend_category(backend: Option<&str>, kernel_name: Option<&str>) -> Str
         Some(i) => (&b[..i], &b[i..]),
         None => (b, ""),
     };
-    let framework = match head.char_indices().find(|&(i, c)| c == '-' && head[i + 1..].starts_with(|d: char| d.is_ascii_digit())) {
+    let version_start = |(i, c): &(usize, char)| (*c == '-' || *c == ' ') && head[i + 1..].starts_with(|d: char| d.is_ascii_digit());
+    let framework = match head.char_indices().find(version_start) {
         Some((i, _)) => &head[..i],
         None => head,
     };
@@ -38,6 +39,14 @@ pub fn backend_category(backend: Option<&str>, kernel_name: Option<&str>) -> Str
         Some(k) if !k.is_empty() => format!("{framework}{rest}/{k}"),
         _ => format!("{framework}{rest}"),
     }
+}
+
+/// Drops the GPU's own name from backend path segments (`vidur/a100_dgx` on a100_sxm ->
+/// `vidur/dgx`), so a category means the same topology or library on every GPU and carries
+/// across generations.
+pub fn without_gpu_name(category: &str, gpu: &str) -> String {
+    let family = format!("{}_", gpu.split('_').next().unwrap_or(gpu));
+    category.split('/').map(|seg| seg.strip_prefix(family.as_str()).unwrap_or(seg)).collect::<Vec<_>>().join("/")
 }
 
 /// Every `*.csv` and `*.csv.gz` under `dir`, recursively, sorted.
@@ -63,16 +72,28 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+fn open(path: &Path) -> Result<Box<dyn std::io::Read>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    Ok(if path.extension().map(|e| e == "gz").unwrap_or(false) {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    })
+}
+
+/// Whether the file's header names an `op` column: side files next to the measurements
+/// (e.g. `nvidia-smi` samples) are not kernel tables.
+pub fn is_kernel_table(path: &Path) -> Result<bool> {
+    let mut rdr = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(open(path)?);
+    let headers = rdr.headers().with_context(|| format!("{}: reading header", path.display()))?;
+    Ok(headers.iter().any(|h| h == "op"))
+}
+
 /// Reads one shared-schema file (gunzipping `.gz`) and turns its rows into measurements.
 /// Errors name the file and line: missing `latency_us`/`gpu`, unknown GPU ids.
 pub fn read_measurements(path: &Path, specs: &[GpuSpec]) -> Result<Vec<Measurement>> {
     let origin = path.display().to_string();
-    let file = std::fs::File::open(path).with_context(|| format!("opening {origin}"))?;
-    let rows = if origin.ends_with(".gz") {
-        read_rows_from(flate2::read::GzDecoder::new(file), &origin)?
-    } else {
-        read_rows_from(file, &origin)?
-    };
+    let rows = read_rows_from(open(path)?, &origin)?;
     rows_to_measurements(rows, &origin, specs)
 }
 
@@ -99,8 +120,9 @@ pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec
             );
         }
         let kernel_name = r.extra.iter().find(|(n, _)| n == "kernel").map(|(_, v)| v.as_str());
+        let backend = without_gpu_name(&backend_category(r.backend.as_deref(), kernel_name), &gpu);
         out.push(Measurement {
-            backend: backend_category(r.backend.as_deref(), kernel_name),
+            backend,
             source: r.source.unwrap_or_else(|| "unknown".to_string()),
             kernel: r.kernel,
             gpu,
@@ -120,6 +142,10 @@ pub fn load_dirs(dirs: &[PathBuf], specs: &[GpuSpec]) -> Result<(Vec<Measurement
             continue;
         }
         for f in data_files(d)? {
+            if !is_kernel_table(&f)? {
+                notes.push(format!("{}: no 'op' column, not a kernel table, skipped", f.display()));
+                continue;
+            }
             let m = read_measurements(&f, specs)?;
             notes.push(format!("{}: {} rows", f.display(), m.len()));
             all.extend(m);
@@ -185,9 +211,13 @@ mod tests {
     fn backend_category_drops_version_keeps_variant_and_kernel() {
         assert_eq!(backend_category(Some("vllm-0.24.0/fp8_block"), Some("Cutlass")), "vllm/fp8_block/Cutlass");
         assert_eq!(backend_category(Some("nccl-2.27.3"), None), "nccl");
+        assert_eq!(backend_category(Some("nccl 2.28.9"), None), "nccl");
         assert_eq!(backend_category(Some("trtllm-1.3.0rc20"), Some("torch_flow")), "trtllm/torch_flow");
         assert_eq!(backend_category(Some("flash-attn"), None), "flash-attn");
         assert_eq!(backend_category(None, None), "unknown");
+        assert_eq!(without_gpu_name("vidur/a100_pairwise_nvlink/internode", "a100_sxm"), "vidur/pairwise_nvlink/internode");
+        assert_eq!(without_gpu_name("vidur/a40_dgx", "a40"), "vidur/dgx");
+        assert_eq!(without_gpu_name("vllm/a100_x", "h100_sxm"), "vllm/a100_x");
     }
 
     #[test]

@@ -65,6 +65,7 @@ pub fn names(op: Op) -> Vec<&'static str> {
         "lg_peak_tflops",
         "lg_hbm_tbps",
         "lg_sm_count",
+        "lg_watts_per_bf16_tflops",
     ];
     v.extend(op_names(op));
     v
@@ -102,6 +103,8 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol) -> Vec<f64> {
         lg(peak_tflops),
         lg(gpu.memory.hbm_bandwidth_tbps),
         lg(sms),
+        // Power headroom: GPUs with few watts per peak FLOP throttle on heavy kernels.
+        lg(gpu.tdp_w / gpu.peak.bf16_tflops),
     ];
     let gqa = |k: &Kernel| k.num_heads as f64 / k.num_kv_heads.max(1) as f64;
     match k.op {

@@ -9,6 +9,7 @@ pub mod dataset;
 pub mod features;
 pub mod gbdt;
 pub mod model;
+pub mod plot;
 pub mod report;
 pub mod store;
 pub mod validate;
@@ -134,9 +135,14 @@ pub fn calibrate(data: &Data, only_gpu: Option<&str>, params: &FitParams) -> Res
     for g in gpus.iter().filter(|g| only_gpu.map(|o| o == g.as_str()).unwrap_or(true)) {
         let own = data.rows_where(|m| &m.gpu == g);
         target.push(fit_set("target", &own, None, &spec, params, MIN_TARGET_ROWS));
-        let others = data.rows_where(|m| &m.gpu != g);
+        // Only ops this GPU measured differ from the all-GPU model when it is left out; the
+        // others are read from cross-gen/all.json at load time.
+        let own_ops: BTreeSet<_> = own.iter().map(|m| m.kernel.op).collect();
+        let others = data.rows_where(|m| &m.gpu != g && own_ops.contains(&m.kernel.op));
         if !others.is_empty() {
-            cross_gen.push(fit_set("cross-gen", &others, Some(g), &spec, params, MIN_CROSS_GEN_ROWS));
+            let mut set = fit_set("cross-gen", &others, Some(g), &spec, params, MIN_CROSS_GEN_ROWS);
+            set.held_out_ops = own_ops.into_iter().collect();
+            cross_gen.push(set);
         }
     }
     Ok(Calibration { roofline, target, cross_gen })

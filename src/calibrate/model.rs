@@ -26,34 +26,34 @@ impl Base {
         self.latency_us + sol_us * self.inv_efficiency
     }
 
-    /// Least squares in relative error: minimizes sum(((l + c*sol) / t - 1)^2) with l >= 0,
-    /// c >= 1 (no kernel beats SOL on average).
+    /// Robust fit of `t ~ l + c * sol`: for each latency `l` on a grid of plausible launch and
+    /// synchronisation floors (1 us to 256 us), `c` is the median of `(t - l) / sol` (at least 1:
+    /// no kernel beats SOL on average), and the pair with the smallest median absolute log error
+    /// wins. Medians keep a few pathological measurements from dragging the base.
     pub fn fit(points: &[(f64, f64)]) -> Base {
-        let (mut saa, mut sab, mut sbb, mut sa, mut sb) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(sol_us, t) in points {
-            let (a, b) = (1.0 / t, sol_us / t);
-            saa += a * a;
-            sab += a * b;
-            sbb += b * b;
-            sa += a;
-            sb += b;
+        const FLOORS_US: [f64; 14] = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0];
+        let mut best = Base { latency_us: FLOORS_US[0], inv_efficiency: 1.0 };
+        let mut best_err = f64::INFINITY;
+        for l in FLOORS_US {
+            let mut ratios: Vec<f64> = points.iter().filter(|(s, t)| *t > l && *s > 0.0).map(|(s, t)| (t - l) / s).collect();
+            let c = median(&mut ratios).unwrap_or(1.0).max(1.0);
+            let mut errs: Vec<f64> = points.iter().map(|(s, t)| ((l + c * s) / t).ln().abs()).collect();
+            let err = median(&mut errs).unwrap_or(f64::INFINITY);
+            if err < best_err {
+                best_err = err;
+                best = Base { latency_us: l, inv_efficiency: c };
+            }
         }
-        let det = saa * sbb - sab * sab;
-        let (mut l, mut c) = if det.abs() > 1e-12 * saa * sbb {
-            ((sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det)
-        } else {
-            (0.0, if sbb > 0.0 { sb / sbb } else { 1.0 })
-        };
-        if c < 1.0 {
-            c = 1.0;
-            l = if saa > 0.0 { ((sa - c * sab) / saa).max(0.0) } else { 0.0 };
-        }
-        if l < 0.0 {
-            l = 0.0;
-            c = if sbb > 0.0 { (sb / sbb).max(1.0) } else { 1.0 };
-        }
-        Base { latency_us: l, inv_efficiency: c }
+        best
     }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +67,9 @@ pub struct OpModel {
     pub default_backend: String,
     pub features: Vec<String>,
     pub gbdt: Gbdt,
+    /// Range of the training targets ln(measured / base): predictions are clamped to it, so a
+    /// shape outside the training data never extrapolates past what was measured.
+    pub y_range: (f64, f64),
     pub train_rows: usize,
     pub train_gpus: Vec<String>,
 }
@@ -84,7 +87,7 @@ pub struct FitParams {
 
 impl Default for FitParams {
     fn default() -> Self {
-        FitParams { gbdt: GbdtParams::default(), max_rows: 60_000 }
+        FitParams { gbdt: GbdtParams::default(), max_rows: 40_000 }
     }
 }
 
@@ -140,6 +143,7 @@ impl OpModel {
             y.push((m.latency_us.max(s.sol_us) / base).ln());
         }
         let gbdt = Gbdt::fit(&x, &y, &params.gbdt);
+        let y_range = y.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
         let mut names: Vec<String> = features::names(op).iter().map(|s| s.to_string()).collect();
         names.extend(backends.iter().map(|b| format!("backend={b}")));
         let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -150,6 +154,7 @@ impl OpModel {
             default_backend,
             features: names,
             gbdt,
+            y_range,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
         }
@@ -169,7 +174,8 @@ impl OpModel {
             .map(|b| b.time_us(s.sol_us))
             .unwrap_or(s.sol_us);
         let x = with_backend(feat, &self.backends, backend.unwrap_or(&self.default_backend));
-        (base * self.gbdt.predict(&x).exp()).max(s.sol_us)
+        let y = self.gbdt.predict(&x).clamp(self.y_range.0, self.y_range.1);
+        (base * y.exp()).max(s.sol_us)
     }
 }
 
@@ -187,6 +193,10 @@ pub struct ModelSet {
     pub trained_on: Vec<String>,
     /// Cross-gen: the GPU left out (None for the all-GPU model).
     pub held_out: Option<String>,
+    /// Cross-gen leave-out sets: every op the held-out GPU measured. Those ops' models here
+    /// never saw it; any op listed but absent had too little data on the other GPUs.
+    #[serde(default)]
+    pub held_out_ops: Vec<Op>,
     pub ops: BTreeMap<Op, OpModel>,
 }
 
@@ -216,7 +226,13 @@ pub fn fit_set<'a>(
         .map(|(op, rows)| (op, OpModel::fit(op, &rows, spec, params)))
         .collect();
     let trained_on: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
-    ModelSet { tier: tier.to_string(), trained_on: trained_on.into_iter().collect(), held_out: held_out.map(str::to_string), ops }
+    ModelSet {
+        tier: tier.to_string(),
+        trained_on: trained_on.into_iter().collect(),
+        held_out: held_out.map(str::to_string),
+        held_out_ops: vec![],
+        ops,
+    }
 }
 
 #[cfg(test)]
@@ -224,11 +240,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base_fit_recovers_latency_and_efficiency() {
-        // t = 5 us + sol / 0.8, exactly.
-        let pts: Vec<(f64, f64)> = [1.0, 3.0, 10.0, 30.0, 100.0, 1000.0].iter().map(|&s| (s, 5.0 + s / 0.8)).collect();
+    fn base_fit_recovers_latency_and_efficiency_despite_outliers() {
+        // t = 4 us + sol / 0.8 exactly (4 us is on the floor grid), plus two wild outliers.
+        let mut pts: Vec<(f64, f64)> = [0.1, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0].iter().map(|&s| (s, 4.0 + s / 0.8)).collect();
+        pts.push((50.0, 50_000.0));
+        pts.push((0.5, 9_000.0));
         let b = Base::fit(&pts);
-        assert!((b.latency_us - 5.0).abs() < 1e-6, "{b:?}");
+        assert_eq!(b.latency_us, 4.0, "{b:?}");
         assert!((b.inv_efficiency - 1.25).abs() < 1e-9, "{b:?}");
     }
 

@@ -1,6 +1,7 @@
 //! `kernelsight validate`: prediction error on measurements never used for fitting.
 //! `validate kernels` checks per-kernel times, every tier on the same held-out rows.
-use crate::calibrate::{self, model::FitParams, report, validate, Data};
+use super::calibrate::FitArgs;
+use crate::calibrate::{self, report, validate, Data};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ pub struct KernelsArgs {
     /// Print `{tier: {op: {median_ape, p90_ape, max_ape, count}}}` as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Folder for rows.csv, summary.json and the predicted-vs-measured plot.
+    /// Folder for rows.csv, summary.json and the log-log predicted-vs-measured plot (PNG, SVG).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Also write the markdown report (tables, worst shapes, this command line) here.
@@ -37,6 +38,8 @@ pub struct KernelsArgs {
     /// Measurement folders (default: microbench/public and microbench/data).
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
+    #[command(flatten)]
+    pub fit: FitArgs,
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
@@ -56,9 +59,9 @@ fn kernels(args: KernelsArgs) -> Result<()> {
             calibrate::LOGO_GPUS.iter().filter(|g| measured.iter().any(|m| m == *g)).map(|g| g.to_string()).collect()
         }
     };
-    let rows = validate::validate_kernels(&data, &eval, &FitParams::default())?;
+    let rows = validate::validate_kernels(&data, &eval, &args.fit.params())?;
     let (pooled, per_gpu) = validate::summarize(&rows);
-    let command: Vec<String> = std::env::args().collect();
+    let command: Vec<String> = std::iter::once("kernelsight".to_string()).chain(std::env::args().skip(1)).collect();
     let command = command.join(" ");
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report::json(&pooled))?);
@@ -72,7 +75,8 @@ fn kernels(args: KernelsArgs) -> Result<()> {
         let f = std::fs::File::create(dir.join("rows.csv")).with_context(|| format!("creating {}/rows.csv", dir.display()))?;
         report::write_csv(std::io::BufWriter::new(f), &rows)?;
         std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&report::json(&pooled))? + "\n")?;
-        eprintln!("wrote {}/rows.csv and summary.json", dir.display());
+        calibrate::plot::predicted_vs_measured(dir, "predicted_vs_measured", &rows)?;
+        eprintln!("wrote {0}/rows.csv, {0}/summary.json, {0}/predicted_vs_measured.png and .svg", dir.display());
     }
     if let Some(md) = &args.markdown {
         let notes = format!(

@@ -46,11 +46,14 @@ impl KernelModel {
         if tier == Tier::Roofline {
             return Ok(model);
         }
-        // Cross-gen for a measured GPU must not have seen it: prefer its leave-out set.
-        let cross = match store.model_set(&store::cross_gen_path(Some(&gpu.id)))? {
-            Some(s) => Some(s),
-            None => store.model_set(&store::cross_gen_path(None))?,
-        };
+        // Cross-gen for a measured GPU must not have seen it: its leave-out set holds every op
+        // it measured; the all-GPU set (which never saw it for the other ops) fills the rest.
+        let mut cross = store.model_set(&store::cross_gen_path(None))?;
+        if let Some(loo) = store.model_set(&store::cross_gen_path(Some(&gpu.id)))? {
+            let all = cross.get_or_insert_with(|| ModelSet { ops: Default::default(), ..loo.clone() });
+            all.ops.retain(|op, _| !loo.held_out_ops.contains(op));
+            all.ops.extend(loo.ops);
+        }
         let target = if tier == Tier::Target { store.model_set(&store::target_path(&gpu.id))? } else { None };
         if tier == Tier::Target && target.is_none() {
             model.warnings.push(format!(
