@@ -5,7 +5,7 @@
 use super::capacity::LoadPoint;
 use super::search::{FrontierMetric, PlanResult};
 use super::slo::{fmt_percentile, Slo};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
