@@ -2,7 +2,7 @@
 //! runs, and the rows not simulated. JSON (serde), terminal text (`render`) and per-row CSV.
 
 use super::split::{self, Split};
-use super::stats::{ape, ApeStats};
+use crate::e2e::stats::{ape, ErrorStats};
 use super::{RowResult, Skipped};
 use crate::perf::Tier;
 use anyhow::{Context, Result};
@@ -16,10 +16,10 @@ use std::path::Path;
 /// than `batch_size` requests ran at once, which changes TPOT too.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupStats {
-    pub ttft: ApeStats,
-    pub tpot: ApeStats,
-    pub ttft_no_queueing: ApeStats,
-    pub tpot_no_queueing: ApeStats,
+    pub ttft: ErrorStats,
+    pub tpot: ErrorStats,
+    pub ttft_no_queueing: ErrorStats,
+    pub tpot_no_queueing: ErrorStats,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,10 +56,10 @@ const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulat
 fn group<'a>(rows: impl Iterator<Item = &'a RowResult> + Clone, tier: &str) -> GroupStats {
     let apes = |f: &dyn Fn(&RowResult) -> Option<f64>| rows.clone().filter_map(f).collect::<Vec<f64>>();
     GroupStats {
-        ttft: ApeStats::of(&apes(&|r| Some(ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
-        tpot: ApeStats::of(&apes(&|r| Some(ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
-        ttft_no_queueing: ApeStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
-        tpot_no_queueing: ApeStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
+        ttft: ErrorStats::of(&apes(&|r| Some(ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
+        tpot: ErrorStats::of(&apes(&|r| Some(ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
+        ttft_no_queueing: ErrorStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
+        tpot_no_queueing: ErrorStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
     }
 }
 
