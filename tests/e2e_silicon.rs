@@ -1,7 +1,8 @@
 //! Public-silicon validation (`e2e::silicon`): structure of the report, APE arithmetic,
 //! rows that cannot be simulated, bad input, and that `kernelsight simulate` reproduces a point.
 
-use kernelsight::e2e::silicon::{rows, run, stats::ape, validate_silicon};
+use kernelsight::e2e::silicon::{rows, run, validate_silicon};
+use kernelsight::e2e::stats::ape;
 use kernelsight::perf::Tier;
 use std::io::Write;
 use std::path::{Path, PathBuf};

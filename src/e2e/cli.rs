@@ -1,6 +1,6 @@
 //! `kernelsight validate e2e`: replays measured serving runs and reports the error per metric.
 
-use super::traces;
+use super::{silicon, traces};
 use crate::perf::Tier;
 use crate::report::scatter::{predicted_vs_measured, Series};
 use anyhow::{Context, Result};
@@ -22,20 +22,67 @@ pub struct E2eArgs {
     /// Write per-run predictions (CSV) and predicted-vs-measured plots (PNG, SVG) here.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Write the host model fitted for the first tier to calibration/host/hf.json.
+    /// Public H100 serving measurements (vLLM, TRT-LLM, SGLang) to validate against.
+    #[arg(long, default_value = "calibration/public/silicon_h100_sxm_agg.csv")]
+    pub silicon: PathBuf,
+    /// Only the first N rows of the public file (quick checks).
     #[arg(long)]
-    pub write_host: bool,
+    pub silicon_limit: Option<usize>,
+    /// Skip the public H100 comparison.
+    #[arg(long)]
+    pub no_silicon: bool,
+    /// Skip the H200 traces.
+    #[arg(long)]
+    pub no_traces: bool,
+    /// Refit the host models on the calibration splits with the first tier and write them to
+    /// calibration/host/ (hf.json from the H200 traces; vllm/trtllm/sglang.json from the public
+    /// file). Rebuild afterwards to embed them.
+    #[arg(long)]
+    pub fit_host: bool,
 }
 
 pub fn run(args: E2eArgs) -> Result<()> {
     let tiers = if args.tier.is_empty() { vec![Tier::Roofline, Tier::Target, Tier::CrossGen] } else { args.tier.clone() };
-    let dirs: Vec<&std::path::Path> = args.traces.iter().map(PathBuf::as_path).collect();
-    let report = traces::validate(&dirs, &tiers)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render());
+    let host_dir = PathBuf::from("calibration/host");
+    if args.fit_host && !args.no_silicon {
+        for f in silicon::fit_silicon_host(&args.silicon, tiers[0], &host_dir)? {
+            eprintln!(
+                "{}: {} calibration runs, {:.0} us/step + {:.1} us/seq; TPOT median APE {:.1}% -> {:.1}%",
+                f.engine, f.runs, f.host.per_step_us, f.host.per_seq_us, f.tpot_before.median_ape, f.tpot_after.median_ape
+            );
+        }
     }
+    let traces_report = if args.no_traces {
+        None
+    } else {
+        let dirs: Vec<&std::path::Path> = args.traces.iter().map(PathBuf::as_path).collect();
+        Some(traces::validate(&dirs, &tiers)?)
+    };
+    let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit)?) };
+    if args.json {
+        let v = serde_json::json!({ "h200_traces": traces_report, "h100_public": silicon_report });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        if let Some(r) = &traces_report {
+            print!("{}", r.render());
+        }
+        if let Some(r) = &silicon_report {
+            print!("\n{}", r.render());
+        }
+    }
+    if let (Some(dir), Some(r)) = (&args.out, &silicon_report) {
+        r.write_csv(dir)?;
+    }
+    if args.fit_host {
+        if let Some(report) = &traces_report {
+            let tier = tiers[0].as_str();
+            std::fs::create_dir_all(&host_dir)?;
+            let path = host_dir.join("hf.json");
+            std::fs::write(&path, serde_json::to_string_pretty(&report.host_fits[tier])? + "\n")?;
+            eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed the host files", path.display());
+        }
+    }
+    let Some(report) = traces_report else { return Ok(()) };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         report.write_csv(&dir.join("e2e_h200_runs.csv"))?;
@@ -50,14 +97,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
             let unit = if metric == "throughput" { "tok/s" } else { "ms" };
             predicted_vs_measured(dir, &format!("e2e_{metric}"), &format!("H200 traces: {metric}"), unit, &series)?;
         }
-        eprintln!("wrote {}/e2e_h200_runs.csv and e2e_<metric>.png/.svg", dir.display());
-    }
-    if args.write_host {
-        let tier = tiers[0].as_str();
-        let path = PathBuf::from("calibration/host/hf.json");
-        std::fs::create_dir_all("calibration/host")?;
-        std::fs::write(&path, serde_json::to_string_pretty(&report.host_fits[tier])? + "\n")?;
-        eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed it", path.display());
+        eprintln!("wrote {}/e2e_h200_runs.csv, e2e_<metric>.png/.svg and the public-data CSV", dir.display());
     }
     Ok(())
 }

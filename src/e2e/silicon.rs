@@ -13,7 +13,6 @@ pub mod report;
 pub mod rows;
 pub mod run;
 pub mod split;
-pub mod stats;
 
 pub use report::SiliconReport;
 

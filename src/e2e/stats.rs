@@ -18,7 +18,9 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+/// Summary of the APEs of a group (percent). Empty groups have count 0 and NaN statistics,
+/// serialized as null.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct ErrorStats {
     pub count: usize,
     pub median_ape: f64,
@@ -36,6 +38,15 @@ impl ErrorStats {
             max_ape: finite.iter().copied().fold(f64::NAN, f64::max),
         }
     }
+
+    /// `median/p90/max` with one decimal, or `-` for an empty group.
+    pub fn cell(&self) -> String {
+        if self.count == 0 {
+            "-".into()
+        } else {
+            format!("{:.1}/{:.1}/{:.0}", self.median_ape, self.p90_ape, self.max_ape)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -50,5 +61,11 @@ mod tests {
         assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.5);
         let s = ErrorStats::of(&[1.0, 5.0, f64::NAN, 3.0]);
         assert_eq!((s.count, s.median_ape, s.max_ape), (3, 3.0, 5.0));
+        // Sorted 1..=10: median between 5 and 6; p90 at position 8.1 -> 9 + 0.1.
+        let v: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let s = ErrorStats::of(&v);
+        assert_eq!((s.count, s.median_ape, s.max_ape), (10, 5.5, 10.0));
+        assert!((s.p90_ape - 9.1).abs() < 1e-12);
+        assert_eq!(ErrorStats::of(&[]).cell(), "-");
     }
 }

@@ -5,29 +5,14 @@
 use super::capacity::LoadPoint;
 use super::search::{FrontierMetric, PlanResult};
 use super::slo::{fmt_percentile, Slo};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use crate::report::plots::{err, register_font};
 
-static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const SIZE: (u32, u32) = (1000, 700);
-
-fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // The font is a fixed embedded file; failing to parse it is a build defect.
-        if plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_err() {
-            panic!("embedded font assets/fonts/DejaVuSans.ttf is not a valid TrueType font");
-        }
-    });
-}
-
-fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("drawing plot: {e:?}")
-}
 
 /// A drawing that can go to any backend.
 trait Figure {

@@ -11,7 +11,7 @@
 
 use super::rows::SimPoint;
 use super::run::simulate;
-use super::stats::{ape, ApeStats};
+use crate::e2e::stats::{ape, ErrorStats};
 use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
 use anyhow::{bail, Result};
@@ -32,8 +32,8 @@ pub struct HostFit {
     pub runs: usize,
     pub host: HostOverhead,
     /// TPOT APE on the calibration runs with no host overhead and with the fitted one.
-    pub tpot_before: ApeStats,
-    pub tpot_after: ApeStats,
+    pub tpot_before: ErrorStats,
+    pub tpot_after: ErrorStats,
 }
 
 fn host(per_step_us: f64, per_seq_us: f64) -> HostOverhead {
@@ -79,7 +79,7 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier) -> Resul
         bail!("{engine}: {} calibration runs; at least 2 are needed to fit two parameters", points.len());
     }
     let measured: Vec<f64> = points.iter().map(|(_, m)| *m).collect();
-    let apes = |pred: &[f64]| ApeStats::of(&pred.iter().zip(&measured).map(|(p, m)| ape(*p, *m)).collect::<Vec<_>>());
+    let apes = |pred: &[f64]| ErrorStats::of(&pred.iter().zip(&measured).map(|(p, m)| ape(*p, *m)).collect::<Vec<_>>());
     let mut x = [0.0f64; 2];
     let mut base = tpots(points, tier, &host(0.0, 0.0))?;
     let tpot_before = apes(&base);

@@ -2,7 +2,7 @@
 //! runs, and the rows not simulated. JSON (serde), terminal text (`render`) and per-row CSV.
 
 use super::split::{self, Split};
-use super::stats::{ape, ApeStats};
+use crate::e2e::stats::{ape, ErrorStats};
 use super::{RowResult, Skipped};
 use crate::perf::Tier;
 use anyhow::{Context, Result};
@@ -11,13 +11,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Errors of one group of runs. `ttft_no_queueing` leaves out runs whose measured TTFT is
-/// dominated by waiting for other requests (see `RowResult::queueing`).
+/// Errors of one group of runs. The `_no_queueing` statistics leave out runs whose measured
+/// TTFT is dominated by waiting for other requests (see `RowResult::queueing`): there fewer
+/// than `batch_size` requests ran at once, which changes TPOT too.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupStats {
-    pub ttft: ApeStats,
-    pub tpot: ApeStats,
-    pub ttft_no_queueing: ApeStats,
+    pub ttft: ErrorStats,
+    pub tpot: ErrorStats,
+    pub ttft_no_queueing: ErrorStats,
+    pub tpot_no_queueing: ErrorStats,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -54,9 +56,10 @@ const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulat
 fn group<'a>(rows: impl Iterator<Item = &'a RowResult> + Clone, tier: &str) -> GroupStats {
     let apes = |f: &dyn Fn(&RowResult) -> Option<f64>| rows.clone().filter_map(f).collect::<Vec<f64>>();
     GroupStats {
-        ttft: ApeStats::of(&apes(&|r| Some(ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
-        tpot: ApeStats::of(&apes(&|r| Some(ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
-        ttft_no_queueing: ApeStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
+        ttft: ErrorStats::of(&apes(&|r| Some(ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
+        tpot: ErrorStats::of(&apes(&|r| Some(ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
+        ttft_no_queueing: ErrorStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].ttft_ms, r.row.ttft_ms)))),
+        tpot_no_queueing: ErrorStats::of(&apes(&|r| r.queueing.is_none().then(|| ape(r.predictions[tier].tpot_ms, r.row.tpot_ms)))),
     }
 }
 
@@ -143,21 +146,26 @@ impl SiliconReport {
             let _ = writeln!(s, "  {l}");
         }
         let _ = writeln!(s, "Cells: median/p90/max APE %. 'w/o queueing' leaves out runs whose measured TTFT is dominated by waiting for other requests.\n");
-        let _ = writeln!(s, "{:<9} {:<13} {:<16} {:>5}  {:<16} {:<16} {:<16} {:>5}", "tier", "backend", "runs", "n", "TPOT APE", "TTFT APE", "TTFT w/o queue", "n");
+        let _ = writeln!(
+            s,
+            "{:<9} {:<13} {:<16} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
+            "tier", "backend", "runs", "n", "TPOT APE", "TTFT APE", "n", "TPOT w/o queue", "TTFT w/o queue"
+        );
         for (tier, backends) in &self.tiers {
             for (b, st) in backends {
                 let line = |s: &mut String, label: &str, g: &GroupStats| {
                     let _ = writeln!(
                         s,
-                        "{:<9} {:<13} {:<16} {:>5}  {:<16} {:<16} {:<16} {:>5}",
+                        "{:<9} {:<13} {:<16} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
                         tier,
                         b,
                         label,
                         g.tpot.count,
                         g.tpot.cell(),
                         g.ttft.cell(),
-                        g.ttft_no_queueing.cell(),
-                        g.ttft_no_queueing.count
+                        g.ttft_no_queueing.count,
+                        g.tpot_no_queueing.cell(),
+                        g.ttft_no_queueing.cell()
                     );
                 };
                 line(&mut s, "all", &st.all);
@@ -170,9 +178,19 @@ impl SiliconReport {
         }
         for (tier, models) in &self.by_model {
             let _ = writeln!(s, "\nBy model ({tier}):");
-            let _ = writeln!(s, "  {:<28} {:>5}  {:<16} {:<16} {:<16}", "backend/model", "n", "TPOT APE", "TTFT APE", "TTFT w/o queue");
+            let _ = writeln!(s, "  {:<28} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}", "backend/model", "n", "TPOT APE", "TTFT APE", "n", "TPOT w/o queue", "TTFT w/o queue");
             for (k, g) in models {
-                let _ = writeln!(s, "  {:<28} {:>5}  {:<16} {:<16} {:<16}", k, g.tpot.count, g.tpot.cell(), g.ttft.cell(), g.ttft_no_queueing.cell());
+                let _ = writeln!(
+                    s,
+                    "  {:<28} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
+                    k,
+                    g.tpot.count,
+                    g.tpot.cell(),
+                    g.ttft.cell(),
+                    g.ttft_no_queueing.count,
+                    g.tpot_no_queueing.cell(),
+                    g.ttft_no_queueing.cell()
+                );
             }
         }
         for &t in &self.tier_order {
