@@ -52,8 +52,9 @@ fn json_summary_has_the_promised_fields() {
     assert_eq!(j["num_requests"], 200);
     assert_eq!(j["completed"], 200);
     assert!(j["tpot_definition"].as_str().unwrap().contains("(E2E - TTFT) / (output tokens - 1)"));
-    assert_eq!(j["tier"], "roofline");
-    // A tier without calibration falls back, and the summary says which was asked and which ran.
+    // The default tier is target: h200_sxm has its own measurements.
+    assert_eq!(j["tier"], "target");
+    // The summary says which tier was asked for and which ran.
     let j = sim(&["--num-requests", "20", "--tier", "cross-gen"]).json();
     assert_eq!(j["tier_requested"], "cross-gen");
     assert_eq!(j["tier"], j["timing_model"].as_str().unwrap().split(' ').next().unwrap());

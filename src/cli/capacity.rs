@@ -80,7 +80,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     if plan.kv_capacity_tokens < longest {
         bail!("the KV cache holds {} tokens per replica, below the workload's longest request ({longest} tokens)", plan.kv_capacity_tokens);
     }
-    let tier = a.deploy.tier.unwrap_or(Tier::Roofline);
+    let tier = a.deploy.tier.unwrap_or(Tier::Target);
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
     let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?;
     let started = std::time::Instant::now();

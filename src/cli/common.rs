@@ -30,7 +30,9 @@ pub struct DeployArgs {
     /// KV-cache dtype (default bf16).
     #[arg(long)]
     pub kv_dtype: Option<Dtype>,
-    /// Kernel-time model: roofline, target (fitted on this GPU) or cross-gen (never uses it).
+    /// Kernel-time model: target (fitted on this GPU; the default, falling back to cross-gen per
+    /// op where the GPU has too few measurements), cross-gen (never uses the GPU's data) or
+    /// roofline (the baseline).
     #[arg(long, value_enum)]
     pub tier: Option<Tier>,
 }

@@ -16,7 +16,7 @@ pub struct KernelArgs {
     #[arg(long, default_value = "h200_sxm")]
     pub gpu: String,
     /// Kernel-time model.
-    #[arg(long, value_enum, default_value = "roofline")]
+    #[arg(long, value_enum, default_value = "target")]
     pub tier: Tier,
     /// CSV in the shared kernel-shape schema; writes input columns + sol_us, predicted_us.
     #[arg(long, conflicts_with = "op")]

@@ -101,8 +101,9 @@ pub struct PlanArgs {
     /// Latency plotted against throughput per GPU on the frontier.
     #[arg(long, value_enum, default_value = "tpot")]
     pub frontier_metric: FrontierMetric,
-    /// Kernel-time model: roofline, target (fitted on the GPU) or cross-gen (never uses it).
-    #[arg(long, value_enum, default_value = "roofline")]
+    /// Kernel-time model: target (fitted on the GPU; falls back to cross-gen for GPUs without
+    /// measurements), cross-gen (never uses the GPU's data) or roofline.
+    #[arg(long, value_enum, default_value = "target")]
     pub tier: Tier,
     /// Run every simulation to the end. By default a run stops once its TTFT or E2E
     /// percentile can no longer meet the target; such candidates stay off the frontier.

@@ -34,7 +34,7 @@ pub fn run(args: StepArgs) -> Result<()> {
             plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu
         );
     }
-    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Roofline))?;
+    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?;
     let table = pred.kernel_table(&seqs);
     let cost = pred.step_time(&seqs);
     let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();
