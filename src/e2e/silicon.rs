@@ -16,6 +16,7 @@ pub mod split;
 
 pub use report::SiliconReport;
 
+use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
@@ -110,9 +111,31 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
             }
         }
     }
+    // Each tier gets its own host model, fitted on the calibration runs only, so that no tier
+    // is judged with overheads fitted against another tier's kernel times.
+    let calibration = calibration_points(&all_rows);
+    let mut hosts: HashMap<(Tier, String), HostOverhead> = HashMap::new();
+    let mut host_lines = Vec::new();
+    for &t in &usable {
+        for (engine, points) in &calibration {
+            if points.len() < 2 {
+                host_lines.push(format!("[{}] {engine}: {} calibration run(s), too few to fit; shipped host file used", t.as_str(), points.len()));
+                continue;
+            }
+            let f = fit::fit_engine(engine, points, t)?;
+            host_lines.push(format!(
+                "[{}] {engine}: {:.0} us/step + {:.1} us/seq from {} calibration runs (TPOT median APE {:.1}% -> {:.1}%)",
+                t.as_str(), f.host.per_step_us, f.host.per_seq_us, f.runs, f.tpot_before.median_ape, f.tpot_after.median_ape
+            ));
+            hosts.insert((t, engine.clone()), f.host);
+        }
+    }
     let results: Vec<Result<Prediction, String>> = jobs
         .par_iter()
-        .map(|(p, t)| run::simulate(p, *t, None).map_err(|e| format!("simulation failed ({}): {e:#}", t.as_str())))
+        .map(|(p, t)| {
+            let host = hosts.get(&(*t, p.engine.clone()));
+            run::simulate(p, *t, host).map_err(|e| format!("simulation failed ({}): {e:#}", t.as_str()))
+        })
         .collect();
     let by_job: HashMap<(SimPoint, Tier), Result<Prediction, String>> = jobs.into_iter().zip(results).collect();
     let mut done = Vec::new();
@@ -133,21 +156,29 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
         done.push(RowResult { queueing: queueing(r, &p, kv), split: split::split(&p), row: r.clone(), point: p, predictions });
     }
     skipped.sort_by_key(|s| s.line);
-    Ok(SiliconReport::new(path, all_rows.len(), usable, unavailable, done, skipped))
+    let mut report = SiliconReport::new(path, all_rows.len(), usable, unavailable, done, skipped);
+    report.calibration_split.extend(host_lines);
+    Ok(report)
 }
 
-/// Fits the host overhead of every backend that has calibration runs in `path`, against
-/// `tier`, and writes `<out_dir>/<engine>.json` (normally `calibration/host/`).
-pub fn fit_silicon_host(path: &Path, tier: Tier, out_dir: &Path) -> Result<Vec<fit::HostFit>> {
-    let all_rows = rows::load(path, None)?;
+/// Calibration runs per engine, with their measured TPOT.
+fn calibration_points(all_rows: &[SiliconRow]) -> BTreeMap<String, Vec<(SimPoint, f64)>> {
     let mut by_engine: BTreeMap<String, Vec<(SimPoint, f64)>> = BTreeMap::new();
-    for r in &all_rows {
+    for r in all_rows {
         if let Ok(p) = rows::plan(r) {
             if split::split(&p) == Split::Calibration {
                 by_engine.entry(p.engine.clone()).or_default().push((p, r.tpot_ms));
             }
         }
     }
+    by_engine
+}
+
+/// Fits the host overhead of every backend that has calibration runs in `path`, against
+/// `tier`, and writes `<out_dir>/<engine>.json` (normally `calibration/host/`).
+pub fn fit_silicon_host(path: &Path, tier: Tier, out_dir: &Path) -> Result<Vec<fit::HostFit>> {
+    let all_rows = rows::load(path, None)?;
+    let by_engine = calibration_points(&all_rows);
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut fits = Vec::new();
     for (engine, points) in by_engine {
