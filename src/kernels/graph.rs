@@ -22,17 +22,6 @@ pub struct KernelInstance {
     pub count: u64,
 }
 
-/// Batch summary the graph needs: total new tokens, sequences, and per-sequence work.
-pub struct BatchShape<'a> {
-    pub seqs: &'a [SeqWork],
-}
-
-impl BatchShape<'_> {
-    pub fn total_tokens(&self) -> u64 {
-        self.seqs.iter().map(|s| s.new_tokens as u64).sum()
-    }
-}
-
 fn div_ceil(a: u64, b: u64) -> u64 {
     a.div_ceil(b.max(1))
 }
@@ -225,15 +214,6 @@ pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]
         }
     }
     out
-}
-
-/// All kernels of one step.
-pub fn step_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
-    let shape = BatchShape { seqs };
-    let mut v = token_kernels(model, dep, shape.total_tokens(), seqs.len() as u64);
-    // Attention sits between RoPE and o_proj; for tables, list it after the token kernels.
-    v.extend(attention_kernels(model, dep, seqs));
-    v
 }
 
 fn attn_tag(a: AttnKind) -> String {
