@@ -95,3 +95,17 @@ fn a_model_too_big_for_the_gpu_is_an_error_with_numbers() {
     let (ok, _, err) = ks(&["step", "--model", cfg.to_str().unwrap(), "--tp", "8", "--dtype", "fp8", "--batch", "decode:1@1"]);
     assert!(ok, "{err}");
 }
+
+#[test]
+fn the_engine_sets_host_overhead_and_attention() {
+    // transformers continuous batching is host-bound: the H200 traces show 50-100 ms decode
+    // steps for Llama-3.1-8B (calibration/traces/h200_sxm/README.md), where the GPU work of 8
+    // decodes is a few milliseconds.
+    let hf = json(&["step", "--engine", "hf", "--batch", "decode:8@100", "--json"]);
+    let vllm = json(&["step", "--engine", "vllm", "--batch", "decode:8@100", "--json"]);
+    let (hf_us, vllm_us) = (hf["predicted_us"].as_f64().unwrap(), vllm["predicted_us"].as_f64().unwrap());
+    assert!(hf_us > 40_000.0 && hf_us < 120_000.0, "{hf_us}");
+    assert!(vllm_us < 20_000.0, "{vllm_us}");
+    let (ok, _, err) = ks(&["step", "--engine", "foo", "--batch", "decode:1@1"]);
+    assert!(!ok && err.contains("unknown engine 'foo'") && err.contains("vllm"), "{err}");
+}

@@ -16,6 +16,9 @@ pub struct StepArgs {
     /// Batch: prefill:COUNTxTOKENS[@CACHED] and decode:COUNT@CACHED items, comma-separated.
     #[arg(long, default_value = "prefill:1x512,decode:32@1024")]
     pub batch: String,
+    /// Engine whose host overhead (calibration/host/<engine>.json) the step pays.
+    #[arg(long, default_value = "vllm")]
+    pub engine: String,
     /// Print JSON (kernels array plus totals) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -34,7 +37,9 @@ pub fn run(args: StepArgs) -> Result<()> {
             plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu
         );
     }
-    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?;
+    let engine = crate::sim::engine::EngineParams::load(&args.engine)?;
+    let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
+    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_host_overhead(host).with_attention_impl(engine.attention_impl);
     let table = pred.kernel_table(&seqs);
     let cost = pred.step_time(&seqs);
     let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();
