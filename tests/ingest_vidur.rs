@@ -5,19 +5,6 @@ use kernelsight::ingest::vidur;
 use kernelsight::schema::{Dtype, KernelRow, Op};
 use std::path::{Path, PathBuf};
 
-const OPS: [&str; 10] = [
-    "emb",
-    "input_layernorm",
-    "attn_pre_proj",
-    "attn_rope",
-    "attn_post_proj",
-    "post_attention_layernorm",
-    "mlp_up_proj",
-    "mlp_act",
-    "mlp_down_proj",
-    "add",
-];
-
 fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
     let p = root.join(rel);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -29,7 +16,7 @@ fn write(root: &Path, rel: &str, text: &str) -> PathBuf {
 fn mlp_csv(medians_ms: [f64; 10], shape: &str) -> String {
     let mut header: Vec<String> = Vec::new();
     let mut row: Vec<String> = Vec::new();
-    for (op, med) in OPS.iter().zip(medians_ms) {
+    for (op, med) in vidur::MLP_OPS.iter().zip(medians_ms) {
         for s in ["min", "max", "mean", "median", "std"] {
             header.push(format!("time_stats.{op}.{s}"));
             row.push(if s == "median" { med.to_string() } else { "0.5".to_string() });

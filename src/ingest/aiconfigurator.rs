@@ -205,6 +205,19 @@ fn quant_format(t: &Table, row: usize, col: usize) -> Result<Format> {
     })
 }
 
+/// Batch and lengths of an attention row: prefill has `isl` new tokens on `step` cached ones;
+/// decode attends `step` cached tokens plus the new one.
+fn set_attention_lengths(k: &mut Kernel, t: &Table, i: usize, decode: bool, (b, isl, step): (usize, usize, usize)) -> Result<()> {
+    k.batch = t.u64_at(i, b)?;
+    if decode {
+        k.kv_len = t.u64_at(i, step)? + 1;
+    } else {
+        k.seq_len = t.u64_at(i, isl)?;
+        k.kv_len = t.u64_at(i, step)?;
+    }
+    Ok(())
+}
+
 fn dtype_at(t: &Table, row: usize, col: usize) -> Result<Dtype> {
     t.str_at(row, col)
         .parse::<Dtype>()
@@ -281,13 +294,7 @@ fn attention(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
         let dtype = dtype_at(t, i, adt)?;
         let kv = dtype_at(t, i, kvdt)?;
         let mut k = Kernel::new(if decode { Op::AttnDecode } else { Op::AttnPrefill }, dtype);
-        k.batch = t.u64_at(i, b)?;
-        if decode {
-            k.kv_len = t.u64_at(i, step)? + 1;
-        } else {
-            k.seq_len = t.u64_at(i, isl)?;
-            k.kv_len = t.u64_at(i, step)?;
-        }
+        set_attention_lengths(&mut k, t, i, decode, (b, isl, step))?;
         k.num_heads = t.u64_at(i, h)?;
         k.num_kv_heads = t.u64_at(i, kvh)?;
         k.head_dim = t.u64_at(i, d)?;
@@ -434,13 +441,7 @@ fn mla(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
         let dtype = dtype_at(t, i, dt)?;
         let kv = dtype_at(t, i, kvdt)?;
         let mut k = Kernel::new(if decode { Op::MlaDecode } else { Op::MlaPrefill }, dtype);
-        k.batch = t.u64_at(i, b)?;
-        if decode {
-            k.kv_len = t.u64_at(i, step)? + 1;
-        } else {
-            k.seq_len = t.u64_at(i, isl)?;
-            k.kv_len = t.u64_at(i, step)?;
-        }
+        set_attention_lengths(&mut k, t, i, decode, (b, isl, step))?;
         k.num_heads = t.u64_at(i, h)?;
         k.num_kv_heads = 1;
         k.head_dim = MLA_HEAD_DIM;

@@ -53,6 +53,21 @@ pub struct SiliconReport {
 
 const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulator's means over all requests of the same closed loop (batch_size clients, 3 requests each, first wave included); APE = |pred - meas| / meas in percent";
 
+impl GroupStats {
+    /// The six table columns: n, TPOT and TTFT APE, then the same without queueing runs.
+    fn cells(&self) -> String {
+        format!(
+            "{:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
+            self.tpot.count,
+            self.tpot.cell(),
+            self.ttft.cell(),
+            self.ttft_no_queueing.count,
+            self.tpot_no_queueing.cell(),
+            self.ttft_no_queueing.cell()
+        )
+    }
+}
+
 fn group<'a>(rows: impl Iterator<Item = &'a RowResult> + Clone, tier: &str) -> GroupStats {
     let apes = |f: &dyn Fn(&RowResult) -> Option<f64>| rows.clone().filter_map(f).collect::<Vec<f64>>();
     GroupStats {
@@ -154,19 +169,7 @@ impl SiliconReport {
         for (tier, backends) in &self.tiers {
             for (b, st) in backends {
                 let line = |s: &mut String, label: &str, g: &GroupStats| {
-                    let _ = writeln!(
-                        s,
-                        "{:<9} {:<13} {:<16} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
-                        tier,
-                        b,
-                        label,
-                        g.tpot.count,
-                        g.tpot.cell(),
-                        g.ttft.cell(),
-                        g.ttft_no_queueing.count,
-                        g.tpot_no_queueing.cell(),
-                        g.ttft_no_queueing.cell()
-                    );
+                    let _ = writeln!(s, "{:<9} {:<13} {:<16} {}", tier, b, label, g.cells());
                 };
                 line(&mut s, "all", &st.all);
                 for sp in Split::ALL {
@@ -180,17 +183,7 @@ impl SiliconReport {
             let _ = writeln!(s, "\nBy model ({tier}):");
             let _ = writeln!(s, "  {:<28} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}", "backend/model", "n", "TPOT APE", "TTFT APE", "n", "TPOT w/o queue", "TTFT w/o queue");
             for (k, g) in models {
-                let _ = writeln!(
-                    s,
-                    "  {:<28} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}",
-                    k,
-                    g.tpot.count,
-                    g.tpot.cell(),
-                    g.ttft.cell(),
-                    g.ttft_no_queueing.count,
-                    g.tpot_no_queueing.cell(),
-                    g.ttft_no_queueing.cell()
-                );
+                let _ = writeln!(s, "  {:<28} {}", k, g.cells());
             }
         }
         for &t in &self.tier_order {
