@@ -4,18 +4,22 @@
 //! on ratios, not absolute magnitudes.
 
 use crate::hardware::{GpuSpec, LinkKind};
-use crate::perf::sol::{link_bytes_per_s, sol, Sol};
+use crate::perf::sol::{collective_wire_bytes, sol, Sol};
 use crate::schema::{Kernel, Op};
 
-/// The class of link a collective runs over: the scale-up fabric, PCIe, or the scale-out network.
+/// The class of link a collective runs over: the scale-up fabric (NVLink through NVSwitch, or
+/// the GPU's only link when that is PCIe), an NVLink bridge joining one pair of PCIe cards, PCIe,
+/// or the scale-out network. Each has its own bandwidth (spec sheet) and fitted latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LinkClass {
     ScaleUp,
     Pcie,
     ScaleOut,
+    Bridge,
 }
 
 impl LinkClass {
+    /// The class a collective over `num_gpus` GPUs of one deployment of `gpu` uses.
     pub fn of(gpu: &GpuSpec, num_gpus: u64) -> LinkClass {
         if num_gpus > gpu.interconnect.gpus_per_node as u64 {
             LinkClass::ScaleOut
@@ -26,13 +30,34 @@ impl LinkClass {
         }
     }
 
-    /// As `of`, but a backend measured across nodes (`.../internode`, Vidur's multi-node
-    /// profiles) runs on the scale-out network whatever its GPU count.
+    /// As `of`, but from the measured row's topology where its backend names one (Vidur's
+    /// cluster profiles): `.../internode` runs on the scale-out network whatever its GPU count;
+    /// `pairwise_nvlink` nodes are four PCIe cards joined in pairs by NVLink bridges, so two
+    /// GPUs talk over the bridge and four cross PCIe between the pairs (a GPU whose spec has
+    /// no NVLink gets PCIe throughout).
     pub fn of_row(gpu: &GpuSpec, num_gpus: u64, backend: &str) -> LinkClass {
-        if backend.split('/').any(|seg| seg == "internode") {
+        let has = |seg: &str| backend.split('/').any(|s| s == seg);
+        if has("internode") {
             LinkClass::ScaleOut
+        } else if has("pairwise_nvlink") {
+            if num_gpus <= 2 && gpu.interconnect.scaleup_kind != LinkKind::Pcie {
+                LinkClass::Bridge
+            } else {
+                LinkClass::Pcie
+            }
         } else {
             LinkClass::of(gpu, num_gpus)
+        }
+    }
+
+    /// Spec-sheet bandwidth of this class on `gpu`, bytes/s per direction. A bridge is taken
+    /// at the GPU's NVLink rate (the spec sheets list no separate bridge figure).
+    pub fn bytes_per_s(self, gpu: &GpuSpec) -> f64 {
+        let ic = &gpu.interconnect;
+        match self {
+            LinkClass::ScaleUp | LinkClass::Bridge if ic.scaleup_kind != LinkKind::Pcie => gpu.scaleup_bytes_per_s(),
+            LinkClass::ScaleOut => ic.scaleout_gbps_per_dir * 1e9,
+            _ => ic.pcie_gbps_per_dir * 1e9,
         }
     }
 
@@ -41,8 +66,16 @@ impl LinkClass {
             LinkClass::ScaleUp => "scaleup",
             LinkClass::Pcie => "pcie",
             LinkClass::ScaleOut => "scaleout",
+            LinkClass::Bridge => "bridge",
         }
     }
+}
+
+/// Whether a collective row was timed as the NCCL kernel of an eager `torch.distributed` call
+/// (Vidur's profiles: kineto kernel time of un-graphed launches, which includes waiting for the
+/// slowest rank to arrive) rather than by a benchmark loop (nccl-tests, CUDA-graph replays).
+pub fn is_eager_kernel_timed(backend: &str) -> bool {
+    backend.split('/').next() == Some("vidur")
 }
 
 fn lg(x: f64) -> f64 {
@@ -65,8 +98,17 @@ fn ceil_div(a: u64, b: u64) -> f64 {
     a.div_ceil(b.max(1)) as f64
 }
 
+/// Features of a collective: only what describes the link and the message. Compute peaks, SM
+/// counts and power would let the trees tell GPUs apart by identity, which does not transfer
+/// to a GPU left out of training.
+const COLLECTIVE_NAMES: [&str; 7] =
+    ["lg_sol_us", "lg_bytes", "num_gpus", "link_class", "lg_link_gbps", "lg_hbm_tbps", "eager_kernel_timed"];
+
 /// Names of the features `extract` returns for `op`, in order.
 pub fn names(op: Op) -> Vec<&'static str> {
+    if op.is_collective() {
+        return COLLECTIVE_NAMES.to_vec();
+    }
     let mut v = vec![
         "lg_sol_us",
         "lg_compute_over_memory",
@@ -96,13 +138,24 @@ fn op_names(op: Op) -> Vec<&'static str> {
             "lg_tokens", "lg_hidden", "lg_inter", "lg_topk", "lg_experts", "lg_tp", "lg_ep",
             "lg_tokens_per_expert", "lg_experts_per_token_per_gpu", "lg_local_experts", "lg_tokens_per_sm",
         ],
-        o if o.is_collective() => vec!["lg_bytes", "num_gpus", "link_class", "lg_link_gbps", "lg_bytes_per_link_gbps"],
         _ => vec!["lg_tokens", "lg_hidden", "lg_batch", "lg_heads", "lg_head_dim", "lg_bytes_field"],
     }
 }
 
 /// Features of kernel `k` on `gpu` measured with `backend`; `s` is its speed-of-light bound.
 pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
+    if k.op.is_collective() {
+        let class = LinkClass::of_row(gpu, k.num_gpus, backend);
+        return vec![
+            lg(s.sol_us),
+            lg1(k.bytes),
+            k.num_gpus as f64,
+            class as u8 as f64,
+            lg(class.bytes_per_s(gpu) / 1e9),
+            lg(gpu.memory.hbm_bandwidth_tbps),
+            f64::from(u8::from(is_eager_kernel_timed(backend))),
+        ];
+    }
     let sms = gpu.compute.sm_count as f64;
     let peak_tflops = gpu.peak_flops(k.dtype) / 1e12;
     let mut v = vec![
@@ -180,16 +233,6 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
                 lg(k.num_tokens as f64 / sms),
             ]);
         }
-        o if o.is_collective() => {
-            let link_gbps = link_bytes_per_s(gpu, k.num_gpus) / 1e9;
-            v.extend([
-                lg1(k.bytes),
-                k.num_gpus as f64,
-                LinkClass::of_row(gpu, k.num_gpus, backend) as u8 as f64,
-                lg(link_gbps),
-                lg(k.bytes as f64 / link_gbps),
-            ]);
-        }
         _ => {
             v.extend([
                 lg1(k.num_tokens),
@@ -204,9 +247,17 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
     v
 }
 
+/// SOL of a collective on the link class it actually ran over (`perf::sol` assumes the
+/// deployment's own fabric; a measured row may have crossed a bridge, PCIe or the network).
+pub fn collective_sol(k: &Kernel, gpu: &GpuSpec, class: LinkClass) -> Sol {
+    let s = sol(k, gpu);
+    let net_us = collective_wire_bytes(k) / class.bytes_per_s(gpu) * 1e6;
+    Sol { memory_us: net_us, sol_us: net_us.max(s.compute_us), ..s }
+}
+
 /// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
 pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, Sol) {
-    let s = sol(k, gpu);
+    let s = if k.op.is_collective() { collective_sol(k, gpu, LinkClass::of_row(gpu, k.num_gpus, backend)) } else { sol(k, gpu) };
     (extract(k, gpu, &s, backend), s)
 }
 

@@ -11,6 +11,7 @@ pub mod gbdt;
 pub mod model;
 pub mod plot;
 pub mod report;
+pub mod select;
 pub mod store;
 pub mod validate;
 

@@ -56,9 +56,24 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// How an op's time is predicted: the physical base times the learned correction, or the base
+/// alone (chosen where the correction did not transfer between the training GPUs, see `select`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Form {
+    #[default]
+    Learned,
+    BaseOnly,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpModel {
     pub op: Op,
+    #[serde(default)]
+    pub form: Form,
+    /// The inner leave-one-GPU-out check that chose `form`, when one was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner_check: Option<super::select::InnerCheck>,
     /// Bases by link class (`scaleup`, `pcie`, `scaleout`) for collectives; `all` always.
     pub bases: BTreeMap<String, Base>,
     /// One-hot vocabulary of backend categories.
@@ -91,12 +106,25 @@ impl Default for FitParams {
     }
 }
 
-fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> &'static str {
+/// Which base a row is fitted with: collectives per link class and timing method (eager
+/// kernel timing adds the ranks' launch skew to the latency term), everything else one base.
+fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> String {
     if op.is_collective() {
-        LinkClass::of_row(gpu, k.num_gpus, backend).as_str()
+        let class = LinkClass::of_row(gpu, k.num_gpus, backend).as_str();
+        if features::is_eager_kernel_timed(backend) {
+            format!("{class}/eager")
+        } else {
+            class.to_string()
+        }
     } else {
-        "all"
+        "all".to_string()
     }
+}
+
+/// Whether a collective row describes what a deployment on its GPU runs: the GPU's own fabric,
+/// timed by a benchmark loop. The default backend is chosen among these.
+fn is_native(gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
+    LinkClass::of_row(gpu, k.num_gpus, backend) == LinkClass::of(gpu, k.num_gpus) && !features::is_eager_kernel_timed(backend)
 }
 
 impl OpModel {
@@ -108,7 +136,7 @@ impl OpModel {
             rows.shuffle(&mut rng);
             rows.truncate(params.max_rows);
         }
-        let prepared: Vec<(Vec<f64>, Sol, &Measurement, &'static str)> = rows
+        let prepared: Vec<(Vec<f64>, Sol, &Measurement, String)> = rows
             .iter()
             .map(|m| {
                 let g = spec(&m.gpu);
@@ -118,26 +146,36 @@ impl OpModel {
             .collect();
         let mut by_key: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
         for (_, s, m, key) in &prepared {
-            by_key.entry(key).or_default().push((s.sol_us, m.latency_us));
-            if *key != "all" {
+            by_key.entry(key.as_str()).or_default().push((s.sol_us, m.latency_us));
+            if key != "all" {
                 by_key.entry("all").or_default().push((s.sol_us, m.latency_us));
             }
         }
         let bases: BTreeMap<String, Base> = by_key.into_iter().map(|(k, pts)| (k.to_string(), Base::fit(&pts))).collect();
 
+        // Vocabulary over every training row; the default backend among this op's own rows
+        // (collectives: those on their GPU's own fabric, benchmark-timed, where there are any).
         let mut backend_counts: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut own_counts: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut native_counts: BTreeMap<&str, usize> = BTreeMap::new();
         for m in &rows {
             *backend_counts.entry(m.backend.as_str()).or_insert(0) += 1;
+            if m.kernel.op == op {
+                *own_counts.entry(m.backend.as_str()).or_insert(0) += 1;
+                if op.is_collective() && is_native(spec(&m.gpu), &m.kernel, &m.backend) {
+                    *native_counts.entry(m.backend.as_str()).or_insert(0) += 1;
+                }
+            }
         }
-        let mut ranked: Vec<(&str, usize)> = backend_counts.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let default_backend = ranked.first().map(|b| b.0.to_string()).unwrap_or_default();
+        let ranked = by_count(backend_counts);
+        let (own, native) = (by_count(own_counts), by_count(native_counts));
+        let default_backend = native.first().or(own.first()).map(|b| b.0.to_string()).unwrap_or_default();
         let backends: Vec<String> = ranked.iter().take(MAX_BACKENDS).map(|b| b.0.to_string()).collect();
 
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         for (feat, s, m, key) in &prepared {
-            let base = bases[*key].time_us(s.sol_us);
+            let base = bases[key.as_str()].time_us(s.sol_us);
             x.push(with_backend(feat.clone(), &backends, &m.backend));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
             y.push((m.latency_us.max(s.sol_us) / base).ln());
@@ -149,6 +187,8 @@ impl OpModel {
         let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
         OpModel {
             op,
+            form: Form::Learned,
+            inner_check: None,
             bases,
             backends,
             default_backend,
@@ -166,14 +206,23 @@ impl OpModel {
         let (feat, s) = features::extract_with_sol(k, gpu, backend);
         let base = self
             .bases
-            .get(base_key(self.op, gpu, k, backend))
+            .get(&base_key(self.op, gpu, k, backend))
             .or_else(|| self.bases.get("all"))
             .map(|b| b.time_us(s.sol_us))
             .unwrap_or(s.sol_us);
-        let x = with_backend(feat, &self.backends, backend);
-        let y = self.gbdt.predict(&x).clamp(self.y_range.0, self.y_range.1);
+        let y = match self.form {
+            Form::Learned => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(self.y_range.0, self.y_range.1),
+            Form::BaseOnly => 0.0,
+        };
         (base * y.exp()).max(s.sol_us)
     }
+}
+
+/// Backends by decreasing row count (ties by name).
+fn by_count(counts: BTreeMap<&str, usize>) -> Vec<(&str, usize)> {
+    let mut r: Vec<(&str, usize)> = counts.into_iter().collect();
+    r.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    r
 }
 
 fn with_backend(mut feat: Vec<f64>, vocab: &[String], backend: &str) -> Vec<f64> {
@@ -218,9 +267,13 @@ pub fn fit_set<'a>(
 ) -> ModelSet {
     use rayon::prelude::*;
     let groups = group_by_op(rows, min_rows);
+    let cross_gen = tier == "cross-gen";
     let ops: BTreeMap<Op, OpModel> = groups
         .into_par_iter()
-        .map(|(op, rows)| (op, OpModel::fit(op, &rows, spec, params)))
+        .map(|(op, rows)| {
+            let model = OpModel::fit(op, &rows, spec, params);
+            (op, if cross_gen { super::select::checked(model, &rows, spec, params) } else { model })
+        })
         .collect();
     let trained_on: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
     ModelSet {
@@ -245,6 +298,64 @@ mod tests {
         let b = Base::fit(&pts);
         assert_eq!(b.latency_us, 4.0, "{b:?}");
         assert!((b.inv_efficiency - 1.25).abs() < 1e-9, "{b:?}");
+    }
+
+    #[test]
+    fn collective_bases_recover_each_link_class() {
+        use crate::hardware::load_gpu;
+        // all_reduce on H100: NCCL-tests rows on NVSwitch, t = 8 us + wire / (0.8 x 450 GB/s);
+        // Vidur rows on a pairwise-NVLink node with 4 GPUs (PCIe between the pairs),
+        // t = 32 us + wire / (0.5 x 64 GB/s). Sizes 1 KiB .. 1 GiB.
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let mut rows = Vec::new();
+        for p in 10..=30 {
+            for (n, backend, lat, eff, gbps) in
+                [(8u64, "nccl", 8.0, 0.8, 450.0), (4, "vidur/pairwise_nvlink/all_reduce", 32.0, 0.5, 64.0)]
+            {
+                let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+                k.num_gpus = n;
+                k.bytes = 1u64 << p;
+                let wire = 2.0 * (n as f64 - 1.0) / n as f64 * k.bytes as f64;
+                let latency_us = lat + wire / (eff * gbps * 1e9) * 1e6;
+                rows.push(Measurement { kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let m = OpModel::fit(Op::AllReduce, &refs, &|_| &h100, &FitParams::default());
+        let close = |b: &Base, l: f64, c: f64| b.latency_us == l && (b.inv_efficiency - c).abs() < 1e-6;
+        assert!(close(&m.bases["scaleup"], 8.0, 1.25), "{:?}", m.bases);
+        assert!(close(&m.bases["pcie/eager"], 32.0, 2.0), "{:?}", m.bases);
+        // The default backend is the benchmark-timed one on the GPU's own fabric.
+        assert_eq!(m.default_backend, "nccl");
+        // On B200 (900 GB/s NVLink) a 256 MiB all-reduce over 8 GPUs is the NVSwitch law at the
+        // new bandwidth: 8 us + 2 * 7/8 * 256 MiB / (0.8 * 900 GB/s).
+        let b200 = load_gpu("b200_sxm").unwrap();
+        let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+        k.num_gpus = 8;
+        k.bytes = 256 << 20;
+        let expected = 8.0 + 1.75 * (256u64 << 20) as f64 / (0.8 * 900e9) * 1e6;
+        let mut base_only = m.clone();
+        base_only.form = Form::BaseOnly;
+        let got = base_only.predict_us(&k, &b200, None);
+        assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn link_class_follows_the_measured_topology() {
+        use crate::hardware::load_gpu;
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let a40 = load_gpu("a40").unwrap();
+        assert_eq!(LinkClass::of_row(&h100, 2, "nccl"), LinkClass::ScaleUp);
+        assert_eq!(LinkClass::of_row(&h100, 2, "vidur/dgx/internode/send_recv"), LinkClass::ScaleOut);
+        assert_eq!(LinkClass::of_row(&h100, 2, "vidur/pairwise_nvlink/all_reduce"), LinkClass::Bridge);
+        assert_eq!(LinkClass::of_row(&h100, 4, "vidur/pairwise_nvlink/all_reduce"), LinkClass::Pcie);
+        assert_eq!(LinkClass::of_row(&a40, 2, "vidur/pairwise_nvlink/send_recv"), LinkClass::Pcie);
+        // A 2-GPU internode p2p of 50 MB on H100 is bounded by its 50 GB/s NIC, not NVLink.
+        let mut k = Kernel::new(Op::P2p, crate::schema::Dtype::Fp16);
+        k.num_gpus = 2;
+        k.bytes = 50_000_000;
+        let s = features::collective_sol(&k, &h100, LinkClass::ScaleOut);
+        assert!((s.sol_us - 1000.0).abs() < 1e-9, "{s:?}");
     }
 
     #[test]

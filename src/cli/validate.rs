@@ -38,6 +38,10 @@ pub struct KernelsArgs {
     /// Measurement folders (default: microbench/public and microbench/data).
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
+    /// Evaluate only these op families (comma-separated, e.g. `all_reduce,p2p`); the roofline
+    /// constants are then fitted on those ops' rows only.
+    #[arg(long, value_delimiter = ',')]
+    pub ops: Vec<crate::schema::Op>,
     #[command(flatten)]
     pub fit: FitArgs,
 }
@@ -51,7 +55,10 @@ pub fn run(args: ValidateArgs) -> Result<()> {
 
 fn kernels(args: KernelsArgs) -> Result<()> {
     let dirs = if args.data.is_empty() { calibrate::default_data_dirs() } else { args.data.clone() };
-    let data = Data::load(&dirs)?;
+    let mut data = Data::load(&dirs)?;
+    if !args.ops.is_empty() {
+        data.rows.retain(|m| args.ops.contains(&m.kernel.op));
+    }
     let eval: Vec<String> = match &args.holdout_gpu {
         Some(g) => vec![g.clone()],
         None => {

@@ -1,0 +1,157 @@
+//! Model choice for op families measured on few GPUs. With two or three training GPUs the tree
+//! correction can learn each GPU's identity from its spec-sheet features instead of anything
+//! that transfers, and then predicts a new GPU worse than the physical base alone. Which of the
+//! two to ship is decided by an inner leave-one-GPU-out over the training GPUs only: the GPU a
+//! cross-gen model is for is never looked at.
+
+use super::dataset::Measurement;
+use super::model::{FitParams, Form, OpModel};
+use crate::hardware::GpuSpec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Op families trained on at most this many GPUs get the inner check; with more GPUs the trees
+/// see enough spread of spec sheets (and the check would cost a fit per GPU on the big families).
+pub const MAX_GPUS_FOR_CHECK: usize = 3;
+
+/// Mean over the inner held-out GPUs of each GPU's median APE (%), for both forms: every GPU
+/// counts once, as every held-out GPU does in the outer validation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct InnerCheck {
+    pub gpus: usize,
+    pub learned_ape: f64,
+    pub base_only_ape: f64,
+}
+
+/// `model` (fitted on `rows`) with its form chosen by the inner check where its training GPUs
+/// are few: the physical base alone when it predicted the left-out training GPUs better, or
+/// when there is a single training GPU (nothing to check a transfer on). A base-only model
+/// drops its trees.
+pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
+    let gpus: BTreeSet<&str> = rows.iter().map(|m| m.gpu.as_str()).collect();
+    if gpus.len() > MAX_GPUS_FOR_CHECK {
+        return model;
+    }
+    let check = inner_check(&model, rows, &gpus, spec, params);
+    let base_only = match &check {
+        Some(c) => c.base_only_ape < c.learned_ape,
+        None => true,
+    };
+    model.inner_check = check;
+    if base_only {
+        model.form = Form::BaseOnly;
+        model.gbdt.trees.clear();
+    }
+    model
+}
+
+fn inner_check<'a>(
+    model: &OpModel,
+    rows: &[&Measurement],
+    gpus: &BTreeSet<&str>,
+    spec: &dyn Fn(&str) -> &'a GpuSpec,
+    params: &FitParams,
+) -> Option<InnerCheck> {
+    if gpus.len() < 2 {
+        return None;
+    }
+    let (mut learned, mut base) = (Vec::new(), Vec::new());
+    for &h in gpus {
+        let train: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu != h).collect();
+        let test: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu == h).collect();
+        let mut inner = OpModel::fit(model.op, &train, spec, params);
+        let (mut l, mut b) = (Vec::with_capacity(test.len()), Vec::with_capacity(test.len()));
+        for m in &test {
+            let g = spec(&m.gpu);
+            let ape = |p: f64| (p - m.latency_us).abs() / m.latency_us * 100.0;
+            inner.form = Form::Learned;
+            l.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            inner.form = Form::BaseOnly;
+            b.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+        }
+        learned.push(median(&mut l));
+        base.push(median(&mut b));
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    Some(InnerCheck { gpus: gpus.len(), learned_ape: mean(&learned), base_only_ape: mean(&base) })
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::load_gpu;
+    use crate::perf::sol::sol;
+    use crate::schema::{Dtype, Kernel, Op};
+
+    /// rmsnorm rows on three GPUs: `t = 3 us + SOL * 1.25 * factor(gpu, shape)`.
+    fn rows(factor: impl Fn(&str, &Kernel) -> f64) -> (Vec<Measurement>, Vec<GpuSpec>) {
+        let specs: Vec<GpuSpec> = ["a100_sxm", "h100_sxm", "b200_sxm"].iter().map(|g| load_gpu(g).unwrap()).collect();
+        let mut out = Vec::new();
+        for g in &specs {
+            for t in [1u64, 4, 16, 64, 256, 1024, 4096, 16384] {
+                for h in [1024u64, 2048, 4096, 8192, 16384] {
+                    let mut k = Kernel::new(Op::Rmsnorm, Dtype::Bf16);
+                    k.num_tokens = t;
+                    k.hidden = h;
+                    let s = sol(&k, g).sol_us;
+                    let latency_us = 3.0 + s * 1.25 * factor(&g.id, &k);
+                    out.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "synthetic".into(), latency_us });
+                }
+            }
+        }
+        (out, specs)
+    }
+
+    fn fit_checked(data: &[Measurement], specs: &[GpuSpec]) -> OpModel {
+        let spec = |g: &str| specs.iter().find(|s| s.id == g).unwrap();
+        let refs: Vec<&Measurement> = data.iter().collect();
+        let params = FitParams::default();
+        checked(OpModel::fit(Op::Rmsnorm, &refs, &spec, &params), &refs, &spec, &params)
+    }
+
+    #[test]
+    fn picks_the_base_when_the_correction_is_gpu_identity() {
+        // Width slows A100 down and speeds H100 up, B200 not at all: a per-GPU quirk with no
+        // trace on the spec sheets. The trees learn it by GPU identity and hand the neighbour's
+        // quirk to whichever GPU is left out; the base (one latency, one efficiency) does not.
+        let (data, specs) = rows(|g, k| {
+            let w = (k.hidden as f64 / 4096.0).sqrt();
+            match g {
+                "a100_sxm" => w,
+                "h100_sxm" => 1.0 / w,
+                _ => 1.0,
+            }
+        });
+        let m = fit_checked(&data, &specs);
+        let c = m.inner_check.expect("three GPUs: checked");
+        assert_eq!(c.gpus, 3);
+        assert!(c.base_only_ape < c.learned_ape, "{c:?}");
+        assert_eq!(m.form, Form::BaseOnly);
+        assert!(m.gbdt.trees.is_empty());
+    }
+
+    #[test]
+    fn keeps_the_trees_when_the_correction_is_physical() {
+        // Every GPU slows down with width as sqrt(hidden / 4096): a shape effect the base (one
+        // latency, one efficiency) cannot express and the trees carry to a left-out GPU.
+        let (data, specs) = rows(|_, k| (k.hidden as f64 / 4096.0).sqrt());
+        let m = fit_checked(&data, &specs);
+        let c = m.inner_check.expect("checked");
+        assert!(c.learned_ape < c.base_only_ape, "{c:?}");
+        assert_eq!(m.form, Form::Learned);
+    }
+
+    #[test]
+    fn one_training_gpu_falls_back_to_the_base() {
+        let (data, specs) = rows(|_, _| 1.0);
+        let one: Vec<Measurement> = data.into_iter().filter(|m| m.gpu == "a100_sxm").collect();
+        let m = fit_checked(&one, &specs);
+        assert_eq!(m.form, Form::BaseOnly);
+        assert!(m.inner_check.is_none());
+    }
+}
