@@ -7,6 +7,7 @@ use super::dataset::Measurement;
 use super::features::{self, LinkClass};
 use super::gbdt::{Gbdt, GbdtParams};
 use crate::hardware::GpuSpec;
+use crate::perf::roofline::RooflineParams;
 use crate::perf::sol::Sol;
 use crate::schema::{Kernel, Op};
 use rand::seq::SliceRandom;
@@ -56,14 +57,17 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
-/// How an op's time is predicted: the physical base times the learned correction, or the base
-/// alone (chosen where the correction did not transfer between the training GPUs, see `select`).
+/// How an op's time is predicted: the physical base times the learned correction, the base
+/// alone, or the roofline form (SOL over the op's median efficiency, with the launch floor);
+/// the last two are chosen where the correction did not transfer between the training GPUs
+/// (see `select`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Form {
     #[default]
     Learned,
     BaseOnly,
+    Roofline,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,8 +89,15 @@ pub struct OpModel {
     /// Range of the training targets ln(measured / base): predictions are clamped to it, so a
     /// shape outside the training data never extrapolates past what was measured.
     pub y_range: (f64, f64),
+    /// Median of SOL / measured over the op's training rows (the `Roofline` form's efficiency).
+    #[serde(default = "one")]
+    pub median_efficiency: f64,
     pub train_rows: usize,
     pub train_gpus: Vec<String>,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Most backend categories kept as one-hot features; rarer ones share the all-zero code.
@@ -172,6 +183,9 @@ impl OpModel {
         let default_backend = native.first().or(own.first()).map(|b| b.0.to_string()).unwrap_or_default();
         let backends: Vec<String> = ranked.iter().take(MAX_BACKENDS).map(|b| b.0.to_string()).collect();
 
+        let mut effs: Vec<f64> =
+            prepared.iter().filter(|(_, _, m, _)| m.kernel.op == op).map(|(_, s, m, _)| (s.sol_us / m.latency_us).min(1.0)).collect();
+        let median_efficiency = median(&mut effs).unwrap_or(1.0).max(1e-6);
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         for (feat, s, m, key) in &prepared {
@@ -195,6 +209,7 @@ impl OpModel {
             features: names,
             gbdt,
             y_range,
+            median_efficiency,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
         }
@@ -213,6 +228,12 @@ impl OpModel {
         let y = match self.form {
             Form::Learned => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(self.y_range.0, self.y_range.1),
             Form::BaseOnly => 0.0,
+            Form::Roofline => {
+                // As `perf::roofline`, with this op's own efficiency.
+                let p = RooflineParams::default();
+                let latency = if self.op.is_collective() { p.collective_latency_us } else { 0.0 };
+                return (s.sol_us / self.median_efficiency + latency).max(p.launch_floor_us).max(s.sol_us);
+            }
         };
         (base * y.exp()).max(s.sol_us)
     }

@@ -14,32 +14,47 @@ use std::collections::BTreeSet;
 /// see enough spread of spec sheets (and the check would cost a fit per GPU on the big families).
 pub const MAX_GPUS_FOR_CHECK: usize = 3;
 
-/// Mean over the inner held-out GPUs of each GPU's median APE (%), for both forms: every GPU
+/// Fewest rows of the op on a training GPU for it to be left out in the inner check (a handful
+/// of rows gives a median that is noise); it still trains the other inner folds.
+pub const MIN_INNER_ROWS: usize = 50;
+
+/// Mean over the inner held-out GPUs of each GPU's median APE (%), for each form: every GPU
 /// counts once, as every held-out GPU does in the outer validation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct InnerCheck {
     pub gpus: usize,
     pub learned_ape: f64,
     pub base_only_ape: f64,
+    #[serde(default)]
+    pub roofline_ape: f64,
+}
+
+impl InnerCheck {
+    /// The form with the lowest inner error (ties go to the simpler one).
+    pub fn best(&self) -> Form {
+        if self.roofline_ape <= self.base_only_ape && self.roofline_ape < self.learned_ape {
+            Form::Roofline
+        } else if self.base_only_ape < self.learned_ape {
+            Form::BaseOnly
+        } else {
+            Form::Learned
+        }
+    }
 }
 
 /// `model` (fitted on `rows`) with its form chosen by the inner check where its training GPUs
-/// are few: the physical base alone when it predicted the left-out training GPUs better, or
-/// when there is a single training GPU (nothing to check a transfer on). A base-only model
-/// drops its trees.
+/// are few: whichever of learned, base-only and roofline predicted the left-out training GPUs
+/// best; the base alone when there is a single training GPU (nothing to check a transfer on).
+/// A model without the learned form drops its trees.
 pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
     let gpus: BTreeSet<&str> = rows.iter().map(|m| m.gpu.as_str()).collect();
     if gpus.len() > MAX_GPUS_FOR_CHECK {
         return model;
     }
     let check = inner_check(&model, rows, &gpus, spec, params);
-    let base_only = match &check {
-        Some(c) => c.base_only_ape < c.learned_ape,
-        None => true,
-    };
+    model.form = check.map(|c| c.best()).unwrap_or(Form::BaseOnly);
     model.inner_check = check;
-    if base_only {
-        model.form = Form::BaseOnly;
+    if model.form != Form::Learned {
         model.gbdt.trees.clear();
     }
     model
@@ -55,12 +70,15 @@ fn inner_check<'a>(
     if gpus.len() < 2 {
         return None;
     }
-    let (mut learned, mut base) = (Vec::new(), Vec::new());
+    let (mut learned, mut base, mut roof) = (Vec::new(), Vec::new(), Vec::new());
     for &h in gpus {
-        let train: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu != h).collect();
         let test: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu == h).collect();
+        if test.len() < MIN_INNER_ROWS {
+            continue;
+        }
+        let train: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu != h).collect();
         let mut inner = OpModel::fit(model.op, &train, spec, params);
-        let (mut l, mut b) = (Vec::with_capacity(test.len()), Vec::with_capacity(test.len()));
+        let (mut l, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
         for m in &test {
             let g = spec(&m.gpu);
             let ape = |p: f64| (p - m.latency_us).abs() / m.latency_us * 100.0;
@@ -68,12 +86,18 @@ fn inner_check<'a>(
             l.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
             inner.form = Form::BaseOnly;
             b.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            inner.form = Form::Roofline;
+            r.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
         }
         learned.push(median(&mut l));
         base.push(median(&mut b));
+        roof.push(median(&mut r));
+    }
+    if learned.is_empty() {
+        return None;
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    Some(InnerCheck { gpus: gpus.len(), learned_ape: mean(&learned), base_only_ape: mean(&base) })
+    Some(InnerCheck { gpus: learned.len(), learned_ape: mean(&learned), base_only_ape: mean(&base), roofline_ape: mean(&roof) })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -131,7 +155,7 @@ mod tests {
         let c = m.inner_check.expect("three GPUs: checked");
         assert_eq!(c.gpus, 3);
         assert!(c.base_only_ape < c.learned_ape, "{c:?}");
-        assert_eq!(m.form, Form::BaseOnly);
+        assert_ne!(m.form, Form::Learned);
         assert!(m.gbdt.trees.is_empty());
     }
 
