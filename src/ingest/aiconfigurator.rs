@@ -26,6 +26,10 @@
 //! - `mla_context_module_perf` / `mla_generation_module_perf` (whole MLA module, projections
 //!   included) -> the same ops with backend suffix `/module_gemm_<gemm_type>`; they are not
 //!   attention-core times and must not be mixed with the kernel tables.
+//! - A table that `collection_meta.yaml` (next to it) marks with a measurement-method deviation
+//!   `norm_dispatch: <how>` carries `/norm_<how>` after its suffix: upstream re-collected B200's
+//!   MLA module tables with RMSNorm pinned to eager `vllm_c` kernels, which it says removes the
+//!   +34% of the native chain the other GPUs' module tables still time.
 
 use super::table::Table;
 use super::{aggregate_median, measured, Imported};
@@ -77,6 +81,8 @@ pub struct FileContext {
     pub framework: String,
     pub version: String,
     pub table: String,
+    /// Backend suffix for a measurement-method deviation recorded in `collection_meta.yaml`.
+    pub method: String,
 }
 
 impl FileContext {
@@ -96,6 +102,7 @@ impl FileContext {
             framework: parts[n - 3].to_ascii_lowercase(),
             version: parts[n - 2].clone(),
             table,
+            method: String::new(),
         };
         if !KNOWN_GPUS.contains(&ctx.gpu.as_str()) {
             bail!(
@@ -112,7 +119,7 @@ impl FileContext {
     }
 
     fn backend(&self, suffix: &str) -> String {
-        format!("{}-{}{}", self.framework, self.version, suffix)
+        format!("{}-{}{}{}", self.framework, self.version, suffix, self.method)
     }
 }
 
@@ -153,9 +160,27 @@ fn collect_parquet(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 
 /// Imports one table file (rows not yet aggregated across files).
 pub fn import_file(path: &Path) -> Result<Imported> {
-    let ctx = FileContext::from_path(path)?;
+    let mut ctx = FileContext::from_path(path)?;
+    let meta = path.with_file_name("collection_meta.yaml");
+    if meta.is_file() {
+        let text = std::fs::read_to_string(&meta).with_context(|| format!("reading {}", meta.display()))?;
+        if let Some(how) = norm_dispatch(&text, &ctx.table) {
+            ctx.method = format!("/norm_{how}");
+        }
+    }
     let table = Table::read_parquet(path)?;
     convert(&table, &ctx)
+}
+
+/// The `norm_dispatch` value listed under `tables: <table>:` in a `collection_meta.yaml`
+/// (indentation-scoped lookup; the files are small and flat).
+pub fn norm_dispatch(meta: &str, table: &str) -> Option<String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut lines = meta.lines().skip_while(|l| l.trim() != format!("{table}:"));
+    let head = lines.next()?;
+    lines
+        .take_while(|l| l.trim().is_empty() || l.trim_start().starts_with('#') || indent(l) > indent(head))
+        .find_map(|l| l.trim().strip_prefix("norm_dispatch:").map(|v| v.trim().to_string()))
 }
 
 /// Converts a table whose provenance is `ctx`; repeated keys are median-aggregated.
@@ -450,4 +475,18 @@ fn mla(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
         push(out, t, i, ctx, k, t.latency_ms_as_us(i, lat)?, &suffix)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::norm_dispatch;
+
+    #[test]
+    fn norm_dispatch_is_read_per_table() {
+        let meta = "schema_version: 1\ntables:\n  mla_context_module_perf:\n    status: complete\n    # note\n    norm_dispatch: vllm_c_eager_surrogate\n  mla_generation_module_perf:\n    status: complete\n  gemm_perf:\n    norm_dispatch: other\n";
+        assert_eq!(norm_dispatch(meta, "mla_context_module_perf").as_deref(), Some("vllm_c_eager_surrogate"));
+        // The next table's key ends the scope: generation has none of its own.
+        assert_eq!(norm_dispatch(meta, "mla_generation_module_perf"), None);
+        assert_eq!(norm_dispatch(meta, "moe_perf"), None);
+    }
 }
