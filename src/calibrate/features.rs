@@ -9,13 +9,15 @@ use crate::schema::{Kernel, Op};
 
 /// The class of link a collective runs over: the scale-up fabric (NVLink through NVSwitch, or
 /// the GPU's only link when that is PCIe), an NVLink bridge joining one pair of PCIe cards, PCIe,
-/// or the scale-out network. Each has its own bandwidth (spec sheet) and fitted latency.
+/// or the scale-out network. Each has its own bandwidth (spec sheet) and fitted latency. The
+/// declaration order (the feature's code) runs from the fastest fabric to the slowest, so a
+/// class missing from the training rows falls between its neighbours in the trees' splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LinkClass {
     ScaleUp,
+    Bridge,
     Pcie,
     ScaleOut,
-    Bridge,
 }
 
 impl LinkClass {
@@ -58,6 +60,16 @@ impl LinkClass {
             LinkClass::ScaleUp | LinkClass::Bridge if ic.scaleup_kind != LinkKind::Pcie => gpu.scaleup_bytes_per_s(),
             LinkClass::ScaleOut => ic.scaleout_gbps_per_dir * 1e9,
             _ => ic.pcie_gbps_per_dir * 1e9,
+        }
+    }
+
+    /// The class whose fitted base stands in when the training rows have none of this one: a
+    /// bridge and the NVSwitch fabric are both NVLink at the spec's rate.
+    pub fn nearest(self) -> Option<LinkClass> {
+        match self {
+            LinkClass::Bridge => Some(LinkClass::ScaleUp),
+            LinkClass::ScaleUp => Some(LinkClass::Bridge),
+            _ => None,
         }
     }
 

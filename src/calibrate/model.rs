@@ -121,15 +121,32 @@ impl Default for FitParams {
 /// kernel timing adds the ranks' launch skew to the latency term), everything else one base.
 fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> String {
     if op.is_collective() {
-        let class = LinkClass::of_row(gpu, k.num_gpus, backend).as_str();
-        if features::is_eager_kernel_timed(backend) {
-            format!("{class}/eager")
-        } else {
-            class.to_string()
-        }
+        class_key(LinkClass::of_row(gpu, k.num_gpus, backend), features::is_eager_kernel_timed(backend))
     } else {
         "all".to_string()
     }
+}
+
+fn class_key(class: LinkClass, eager: bool) -> String {
+    if eager {
+        format!("{}/eager", class.as_str())
+    } else {
+        class.as_str().to_string()
+    }
+}
+
+/// Bases to try for a row, best first: its own class and timing method, the nearest class with
+/// the same method, its class with the other method, then the base of all rows.
+fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
+    let mut keys = vec![base_key(op, gpu, k, backend)];
+    if op.is_collective() {
+        let class = LinkClass::of_row(gpu, k.num_gpus, backend);
+        let eager = features::is_eager_kernel_timed(backend);
+        keys.extend(class.nearest().map(|c| class_key(c, eager)));
+        keys.push(class_key(class, !eager));
+    }
+    keys.push("all".to_string());
+    keys
 }
 
 /// Whether a collective row describes what a deployment on its GPU runs: the GPU's own fabric,
@@ -219,12 +236,8 @@ impl OpModel {
     pub fn predict_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
         let backend = backend.unwrap_or(&self.default_backend);
         let (feat, s) = features::extract_with_sol(k, gpu, backend);
-        let base = self
-            .bases
-            .get(&base_key(self.op, gpu, k, backend))
-            .or_else(|| self.bases.get("all"))
-            .map(|b| b.time_us(s.sol_us))
-            .unwrap_or(s.sol_us);
+        let base =
+            base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
         let y = match self.form {
             Form::Learned => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(self.y_range.0, self.y_range.1),
             Form::BaseOnly => 0.0,
@@ -358,6 +371,13 @@ mod tests {
         let mut base_only = m.clone();
         base_only.form = Form::BaseOnly;
         let got = base_only.predict_us(&k, &b200, None);
+        assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
+        // A 2-GPU bridge row, a class with no training rows, borrows the NVSwitch base (same
+        // NVLink rate), not the PCIe one: 8 us + 1 MiB / (0.8 x 450 GB/s).
+        k.num_gpus = 2;
+        k.bytes = 1 << 20;
+        let expected = 8.0 + (1u64 << 20) as f64 / (0.8 * 450e9) * 1e6;
+        let got = base_only.predict_us(&k, &h100, Some("pairwise_nvlink"));
         assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
     }
 
