@@ -171,10 +171,14 @@ pub fn markdown(rows: &[ValRow], command: &str, data_notes: &str) -> String {
     let _ = writeln!(
         s,
         "Method. Each op family's time is `base * exp(g(features))`, never below SOL: `base = latency + SOL * c` \
-         is a robust fit (median over a grid of launch floors; per link class for collectives) and `g` a \
-         histogram gradient-boosted tree ensemble on hardware-normalized features (arithmetic intensity over \
-         the ridge point, tile waves over SMs, working set over L2, log sizes, GQA ratio, experts per token per \
-         GPU, message size over link bandwidth, spec-sheet rates, backend category). Tiers on the same rows: \
+         is a robust fit (median over a grid of launch floors; for collectives per link class of the measured \
+         topology, NVSwitch / NVLink bridge / PCIe / scale-out, and timing method, with SOL on that link's \
+         spec bandwidth) and `g` a histogram gradient-boosted tree ensemble on hardware-normalized features \
+         (arithmetic intensity over the ridge point, tile waves over SMs, working set over L2, log sizes, GQA \
+         ratio, experts per token per GPU, message size over link bandwidth, spec-sheet rates, backend \
+         category). Cross-gen families trained on at most 3 GPUs choose their form (learned, base alone, or \
+         SOL over the op's median efficiency) by an inner leave-one-GPU-out over the training GPUs. Tiers on \
+         the same rows: \
          `target` = fitted on the GPU's other shapes; `cross-gen` = fitted on the other GPUs only (the GPU's \
          spec sheet is all it knows of it); `roofline` = SOL over one median efficiency per op class, fitted on \
          the other GPUs, with the default launch floor. APE = |predicted - measured| / measured; percentiles \
