@@ -131,10 +131,16 @@ impl KernelModel {
     }
 
     pub fn predict_us(&self, k: &Kernel) -> f64 {
+        let pref = self.op_backends.get(&k.op).or(self.backend.as_ref());
+        self.predict_us_with(k, pref.map(String::as_str))
+    }
+
+    /// As `predict_us`, preferring the backend that starts with `pref` (e.g. a measured row's
+    /// own backend) over the configured ones.
+    pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
         match self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) {
             Some(m) => {
-                let pref = self.op_backends.get(&k.op).or(self.backend.as_ref());
-                let backend = pref.map(String::as_str).and_then(|pref| {
+                let backend = pref.and_then(|pref| {
                     m.backends.iter().filter(|b| b.starts_with(pref)).find(|b| !b.contains("power_law")).map(String::as_str)
                 });
                 m.predict_us(k, &self.gpu, backend)
@@ -147,6 +153,10 @@ impl KernelModel {
 impl KernelTimeModel for KernelModel {
     fn predict_us(&self, k: &Kernel) -> f64 {
         KernelModel::predict_us(self, k)
+    }
+
+    fn predict_us_in(&self, k: &Kernel, library: &str) -> f64 {
+        self.predict_us_with(k, Some(library))
     }
 
     fn tier(&self) -> Tier {
