@@ -45,7 +45,7 @@ ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embed
 OPS = {
     "gemm": (("m", "n", "k"), {"bf16", "fp8"}, {"cublas", "cublaslt_scaled_mm"}),
     "attn_prefill": (("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
-                     {"sdpa_flash", "sdpa_cudnn"}),
+                     {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked"}),
     "attn_decode": (("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
                     {"triton_paged", "sdpa_flash"}),
     "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm"}),
@@ -57,10 +57,19 @@ OPS = {
     "add": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "embedding": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "sampling": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
-    "copy": (("bytes",), {"bf16"}, {"torch_copy", "torch_copy_eager"}),
+    "copy": (("bytes",), {"bf16"}, {"torch_copy", "torch_copy_eager", "torch_index_select", "torch_repeat_kv",
+                                    "torch_masked_scatter"}),
 }
 for _c in COLLECTIVES:
     OPS[_c] = (("bytes", "num_gpus"), {"bf16"}, {"nccl"})
+# transformers' paged|sdpa moves KV with three torch ops per layer; the collector times them on a
+# cache of 8 KV heads x 128 dims (the bytes field is the op's output): index_select of the read
+# tokens out of the cache, repeat_kv (expand + reshape: a strided copy to 4x the heads) and
+# masked_scatter_ of new tokens into the read KV (sliding layers). Value: bf16 values per token out.
+KV_HEADS, KV_HEAD_DIM, KV_REPEAT = 8, 128, 4
+PAGED_KV_CACHE_TOKENS = 98304
+PAGED_KV_COPIES = {"torch_index_select": KV_HEADS * KV_HEAD_DIM, "torch_repeat_kv": KV_HEADS * KV_REPEAT * KV_HEAD_DIM,
+                   "torch_masked_scatter": KV_HEADS * KV_HEAD_DIM}
 DEFAULT_VOCAB = 128256  # embedding rows when `n` is empty
 DEFAULT_SAMPLING_TOPK = 50
 GPU_MEMORY_BYTES = 141e9  # H200; rows needing more are refused before the run
@@ -159,6 +168,9 @@ def check_shape(r):
             raise PlanError(f"num_heads ({r['num_heads']}) must be a multiple of num_kv_heads ({r['num_kv_heads']})")
         if r["head_dim"] % 8 or r["head_dim"] > 256:
             raise PlanError(f"head_dim = {r['head_dim']} must be a multiple of 8 and at most 256 (flash/cuDNN limits)")
+    if op == "attn_prefill" and r["backend"] == "sdpa_cudnn_masked" and r["num_heads"] != r["num_kv_heads"]:
+        raise PlanError("'sdpa_cudnn_masked' is the packed attention of transformers' paged|sdpa, which repeats KV heads "
+                        "before SDPA: give num_kv_heads = num_heads")
     if op == "attn_prefill" and r["kv_len"] and r["backend"] == "sdpa_cudnn":
         raise PlanError("prefill over a cached prefix (kv_len > 0) runs on 'sdpa_flash' only (SDPA's cuDNN path has no bottom-right causal mask)")
     if op == "attn_decode" and r["seq_len"] > 1:
@@ -177,6 +189,9 @@ def check_shape(r):
         raise PlanError(f"field 'routing' is for moe rows only (op '{op}')")
     if op == "moe_router" and r["topk"] > r["num_experts"]:
         raise PlanError(f"topk ({r['topk']}) exceeds num_experts ({r['num_experts']})")
+    if op == "copy" and r["backend"] in PAGED_KV_COPIES and r["bytes"] % (2 * PAGED_KV_COPIES[r["backend"]]):
+        raise PlanError(f"'{r['backend']}' copies whole tokens of {PAGED_KV_COPIES[r['backend']]} bf16 values: bytes must be "
+                        f"a multiple of {2 * PAGED_KV_COPIES[r['backend']]}")
     if op == "copy" and r["bytes"] % 2:
         raise PlanError(f"copy of {r['bytes']} bytes must be whole bf16 elements (even)")
     if op == "rope" and r["head_dim"] % 2:
@@ -202,7 +217,8 @@ def working_set_bytes(r):
     if op == "attn_prefill":
         q = r["batch"] * r["seq_len"] * r["num_heads"] * r["head_dim"] * 2
         kv = 2 * r["batch"] * (r["kv_len"] + r["seq_len"]) * r["num_kv_heads"] * r["head_dim"] * 2
-        return 2 * q + kv
+        mask = r["seq_len"] * (r["kv_len"] + r["seq_len"]) * 2 if r["backend"] == "sdpa_cudnn_masked" else 0
+        return 2 * q + kv + mask
     if op == "attn_decode":
         kv = 2 * r["batch"] * r["kv_len"] * r["num_kv_heads"] * r["head_dim"] * 2
         return kv + 2 * r["batch"] * r["num_heads"] * r["head_dim"] * 2
@@ -212,7 +228,7 @@ def working_set_bytes(r):
         act = r["num_tokens"] * r["topk"] * (r["hidden"] * 2 + 3 * r["inter"] // tp) * 2
         return w + act
     if op == "copy":
-        return 2 * r["bytes"]
+        return 2 * r["bytes"] + (PAGED_KV_CACHE_TOKENS * KV_HEADS * KV_HEAD_DIM * 2 if r["backend"] in PAGED_KV_COPIES else 0)
     if op in COLLECTIVES:
         return 2 * r["bytes"]
     if op == "sampling":
@@ -543,6 +559,8 @@ class Gpu:
         sets = [(self.randn(b, s, h, d).transpose(1, 2), self.randn(b, p + s, hk, d).transpose(1, 2),
                  self.randn(b, p + s, hk, d).transpose(1, 2)) for _ in range(nb)]
         be = r["backend"]
+        if be == "sdpa_cudnn_masked":
+            return self.packed_masked_attention(b, s, p, h, d, nb), be
         if p == 0:
             fns = [lambda q=q, k=k, v=v: self._sdpa(be, q, k, v, True, h != hk) for q, k, v in sets]
             try:
@@ -567,6 +585,28 @@ class Gpu:
             log(f"    flash op refused GQA ({str(exc).splitlines()[0][:100]}); K/V expanded to {h} heads beforehand")
             sets = [(q, k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)) for q, k, v in sets]
             return [lambda q=q, k=k, v=v: flash(q, k, v, 0.0, True, False)[0] for q, k, v in sets], "sdpa_flash(kv_expanded)"
+
+    def packed_masked_attention(self, b, s, p, h, d, nb):
+        """transformers' `paged|sdpa` attention: all scheduled queries packed into one sequence of
+        s tokens against p + s gathered keys (KV heads already repeated, contiguous), with a dense
+        additive bf16 mask [1, 1, s, p + s] and is_causal=False. The mask holds a block-diagonal
+        causal pattern of `b` packed requests; cuDNN reads it whole, so its values do not change
+        the work."""
+        torch = self.torch
+        n = p + s
+        qi = torch.arange(s, device="cuda")[:, None]
+        kj = torch.arange(n, device="cuda")[None, :]
+        per_q, per_k = max(s // b, 1), max(n // b, 1)
+        allowed = (kj // per_k == torch.clamp(qi // per_q, max=b - 1)) & (kj % per_k <= (p // b) + qi % per_q)
+        mask = torch.zeros(1, 1, s, n, device="cuda", dtype=torch.bfloat16)
+        mask.masked_fill_(~allowed, torch.finfo(torch.bfloat16).min)
+        sets = [(self.randn(1, h, s, d), self.randn(1, h, n, d), self.randn(1, h, n, d)) for _ in range(nb)]
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def run(q, k, v):
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        return [lambda q=q, k=k, v=v: run(q, k, v) for q, k, v in sets]
 
     def build_attn_decode(self, r):
         b, kv, h, hk, d = r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"], r["head_dim"]
@@ -729,8 +769,35 @@ class Gpu:
             return pi.gather(-1, choice)
         return [lambda x=x: sample(x) for x in sets], f"torch(softmax+topk{kk}+sample)"
 
+    def build_paged_kv_copy(self, r):
+        """The KV movements of transformers' paged|sdpa (see PAGED_KV_COPIES), with random data and
+        random cache positions."""
+        torch = self.torch
+        be = r["backend"]
+        n = r["bytes"] // (2 * PAGED_KV_COPIES[be])  # tokens
+        nb = self.n_buffers(working_set_bytes(r))
+        if be == "torch_index_select":
+            cache = self.randn(PAGED_KV_CACHE_TOKENS, KV_HEADS, KV_HEAD_DIM)
+            idx = [torch.randint(0, PAGED_KV_CACHE_TOKENS, (n,), device=self.dev) for _ in range(nb)]
+            return [lambda i=i: torch.index_select(cache, 0, i) for i in idx], be
+        if be == "torch_repeat_kv":
+            # [tokens, kv_heads, dim] -> [1, kv_heads, tokens, dim] view -> repeat to 4x heads.
+            srcs = [self.randn(n, KV_HEADS, KV_HEAD_DIM) for _ in range(nb)]
+
+            def repeat(x):
+                x = x.transpose(0, 1).unsqueeze(0)
+                return x[:, :, None].expand(1, KV_HEADS, KV_REPEAT, n, KV_HEAD_DIM).reshape(1, KV_HEADS * KV_REPEAT, n, KV_HEAD_DIM)
+            return [lambda x=x: repeat(x) for x in srcs], be
+        # masked_scatter_: 1 in 64 read slots are new tokens (a decode step's share).
+        mask = (torch.rand(n, device=self.dev) < 1 / 64).view(n, 1, 1)
+        new = int(mask.sum().item())
+        sets = [(self.randn(n, KV_HEADS, KV_HEAD_DIM), self.randn(max(new, 1), KV_HEADS, KV_HEAD_DIM)) for _ in range(nb)]
+        return [lambda d=d, s=s: d.masked_scatter_(mask, s) for d, s in sets], be
+
     def build_copy(self, r):
         torch = self.torch
+        if r["backend"] in PAGED_KV_COPIES:
+            return self.build_paged_kv_copy(r)
         nb = self.n_buffers(working_set_bytes(r))
         n = r["bytes"] // 2
         sets = [(self.randn(n), torch.empty(n, device=self.dev, dtype=torch.bfloat16)) for _ in range(nb)]

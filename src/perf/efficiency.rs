@@ -22,6 +22,8 @@ pub struct KernelModel {
     ops: BTreeMap<Op, (Tier, std::sync::Arc<ModelSet>)>,
     roofline: RooflineModel,
     backend: Option<String>,
+    /// Per op family, a kernel-library prefix that overrides `backend` (an engine's own kernels).
+    op_backends: BTreeMap<Op, String>,
 }
 
 impl KernelModel {
@@ -42,7 +44,7 @@ impl KernelModel {
             }
         };
         let roofline = RooflineModel { gpu: gpu.clone(), params };
-        let mut model = KernelModel { gpu: gpu.clone(), requested: tier, used: tier, warnings, ops: BTreeMap::new(), roofline, backend: None };
+        let mut model = KernelModel { gpu: gpu.clone(), requested: tier, used: tier, warnings, ops: BTreeMap::new(), roofline, backend: None, op_backends: BTreeMap::new() };
         if tier == Tier::Roofline {
             return Ok(model);
         }
@@ -98,6 +100,13 @@ impl KernelModel {
         self
     }
 
+    /// Per op family, prefer the backend starting with the given prefix (e.g. transformers'
+    /// packed attention `sdpa_cudnn_masked` for attn_prefill); other ops keep `with_backend`.
+    pub fn with_op_backends(mut self, backends: &BTreeMap<Op, String>) -> Self {
+        self.op_backends = backends.clone();
+        self
+    }
+
     /// The tier actually used (after fallbacks).
     pub fn tier_used(&self) -> Tier {
         self.used
@@ -122,9 +131,16 @@ impl KernelModel {
     }
 
     pub fn predict_us(&self, k: &Kernel) -> f64 {
+        let pref = self.op_backends.get(&k.op).or(self.backend.as_ref());
+        self.predict_us_with(k, pref.map(String::as_str))
+    }
+
+    /// As `predict_us`, preferring the backend that starts with `pref` (e.g. a measured row's
+    /// own backend) over the configured ones.
+    pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
         match self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) {
             Some(m) => {
-                let backend = self.backend.as_deref().and_then(|pref| {
+                let backend = pref.and_then(|pref| {
                     m.backends.iter().filter(|b| b.starts_with(pref)).find(|b| !b.contains("power_law")).map(String::as_str)
                 });
                 m.predict_us(k, &self.gpu, backend)
@@ -137,6 +153,10 @@ impl KernelModel {
 impl KernelTimeModel for KernelModel {
     fn predict_us(&self, k: &Kernel) -> f64 {
         KernelModel::predict_us(self, k)
+    }
+
+    fn predict_us_in(&self, k: &Kernel, library: &str) -> f64 {
+        self.predict_us_with(k, Some(library))
     }
 
     fn tier(&self) -> Tier {
