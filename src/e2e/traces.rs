@@ -365,20 +365,20 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
 /// Fits the CUDA-graph `hf` host model on the calibration families' CUDA-graph runs, stepping
 /// through each run's logged steps in order: a step whose padded shape was already captured
 /// costs `GPU + per_layer x layers + per_step + per_seq x sequences` (fitted on those steps' residual over the
-/// predicted GPU time), a step that captures a new graph adds its eager warm-up forward (the
-/// GPU time again) and `capture + capture_per_layer x layers` (fitted on what is left). Non-negative least squares throughout.
+/// predicted GPU time), a step that captures a new graph adds `HostOverhead::capture_extra_us`
+/// (its per-layer launch time and fixed part fitted on what is left of those steps). Non-negative least squares throughout.
 pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut replays: Vec<([f64; 3], f64)> = Vec::new();
-    let mut captures: Vec<(u64, usize, f64)> = Vec::new(); // (layers, sequences, residual)
+    let mut captures: Vec<(u64, usize, f64, f64)> = Vec::new(); // (layers, sequences, gpu, residual)
     for m in models.iter().filter(|m| m.is_calibration()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_some()) {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
             for s in run.steps.iter().filter(|s| s.num_requests > 0) {
                 let (cost, captured) = p.step_time_and_capture(&logged_step_batch(s));
-                // With a zero host model, a capturing step's host share is its warm-up forward.
+                // A zero host model charges nothing for a capture: cost is the GPU time.
                 let residual = (s.end_s - s.start_s) * 1e6 - cost.total_us;
                 if captured {
-                    captures.push((m.config.num_layers, s.num_requests as usize, residual));
+                    captures.push((m.config.num_layers, s.num_requests as usize, cost.total_us, residual));
                 } else {
                     replays.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64], residual));
                 }
@@ -389,9 +389,20 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         bail!("only {} replayed and {} capturing steps in the calibration CUDA-graph traces; need 10 and 3", replays.len(), captures.len());
     }
     let c = nonneg_least_squares(&replays);
-    let rows: Vec<([f64; 3], f64)> =
-        captures.iter().map(|&(l, n, r)| ([l as f64, 1.0, 0.0], r - c[0] * l as f64 - c[1] - c[2] * n as f64)).collect();
-    let k = nonneg_least_squares(&rows);
+    // Capturing steps: residual = max(0, b L - gpu) + b L + fixed. Grid over the per-layer
+    // launch time b (0 to 5 ms by 10 us), the fixed part by its mean; least squared error.
+    let left: Vec<(f64, f64, f64)> = captures.iter().map(|&(l, n, gpu, r)| (l as f64, gpu, r - c[0] * l as f64 - c[1] - c[2] * n as f64)).collect();
+    let mut best = (f64::INFINITY, 0.0, 0.0);
+    for i in 0..=500 {
+        let b = i as f64 * 10.0;
+        let f = |l: f64, gpu: f64| (b * l - gpu).max(0.0) + b * l;
+        let fixed = (left.iter().map(|&(l, g, r)| r - f(l, g)).sum::<f64>() / left.len() as f64).max(0.0);
+        let sse: f64 = left.iter().map(|&(l, g, r)| (r - f(l, g) - fixed).powi(2)).sum();
+        if sse < best.0 {
+            best = (sse, b, fixed);
+        }
+    }
+    let k = [best.1, best.2];
     Ok(HostOverhead {
         per_layer_us: c[0],
         per_step_us: c[1],

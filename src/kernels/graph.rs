@@ -88,6 +88,11 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
                 let gate = if model.attn_output_gate { 2 } else { 1 };
                 let n = (gate * hq + 2 * hkv) * model.head_dim;
                 push(&mut out, format!("{tag}.qkv_proj"), Kernel::gemm(w, t, n, h), count);
+                if model.qk_norm {
+                    // RMSNorm over each query and key head's vector (Qwen3, Gemma-3).
+                    let k = Kernel { num_tokens: t * (hq + hkv), hidden: model.head_dim, ..Kernel::new(Op::Rmsnorm, a) };
+                    push(&mut out, format!("{tag}.qk_norm"), k, count);
+                }
                 push(&mut out, format!("{tag}.rope"), Kernel { num_tokens: t, num_heads: hq, num_kv_heads: hkv, head_dim: model.head_dim, ..Kernel::new(Op::Rope, a) }, count);
                 push(&mut out, format!("{tag}.o_proj"), Kernel::gemm(w, t, h, hq * model.head_dim), count);
             }
@@ -97,6 +102,8 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
             push(&mut out, format!("{tag}.attn_all_reduce"), ar, count);
         }
         push(&mut out, format!("{tag}.post_attn_norm"), ew(Op::FusedAddRmsnorm, h), count);
+        // Sandwich norms (Gemma: after attention and after the MLP as well).
+        push(&mut out, format!("{tag}.extra_norms"), ew(Op::Rmsnorm, h), count * model.norms_per_layer.saturating_sub(2));
         if moe {
             let m = model.moe.as_ref().expect("moe layer without spec");
             push(&mut out, format!("{tag}.router"), Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, ..Kernel::new(Op::MoeRouter, a) }, count);

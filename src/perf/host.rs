@@ -23,9 +23,8 @@ pub struct HostOverhead {
     /// graph of an eager model replays at their launch floor.
     #[serde(default)]
     pub per_layer_us: f64,
-    /// CUDA-graph engines that capture lazily: host time of capturing a graph for a padded
-    /// shape seen for the first time, `graph_capture_us + graph_capture_per_layer_us x layers`
-    /// (the capture runs the forward eagerly, so it grows with depth).
+    /// CUDA-graph engines that capture lazily: a fixed cost and the per-layer launch time of the
+    /// eager passes of a capture (see `capture_extra_us`).
     #[serde(default)]
     pub graph_capture_us: f64,
     #[serde(default)]
@@ -77,9 +76,13 @@ impl HostOverhead {
             + self.per_token_us * num_tokens as f64
     }
 
-    /// Host time of capturing one CUDA graph of a model with `num_layers` layers.
-    pub fn capture_us(&self, num_layers: u64) -> f64 {
-        self.graph_capture_us + self.graph_capture_per_layer_us * num_layers as f64
+    /// What capturing a step's CUDA graph adds to that step (transformers' `_capture_graph`):
+    /// instead of one replay (`gpu_us`), an eager warm-up forward that lasts the longer of the
+    /// GPU work and its per-layer launches, then the recording pass (the same launches, no GPU
+    /// work), plus a fixed cost: `max(0, per_layer x layers - gpu) + per_layer x layers + fixed`.
+    pub fn capture_extra_us(&self, gpu_us: f64, num_layers: u64) -> f64 {
+        let launches = self.graph_capture_per_layer_us * num_layers as f64;
+        (launches - gpu_us).max(0.0) + launches + self.graph_capture_us
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
@@ -125,6 +128,16 @@ mod tests {
         assert_eq!(h.step_us(5_000.0, 32, 1, 1), 16_100.0);
         // ... but not a 40 ms one.
         assert_eq!(h.step_us(40_000.0, 32, 1, 1), 40_100.0);
+    }
+
+    #[test]
+    fn a_capture_costs_an_eager_forward_and_a_recording_pass() {
+        let h = HostOverhead { graph_capture_us: 10_000.0, graph_capture_per_layer_us: 1_000.0, ..HostOverhead::zero() };
+        // Launch-bound warm-up: 32 ms of launches hide a 5 ms step, then 32 ms of recording.
+        assert_eq!(h.capture_extra_us(5_000.0, 32), 27_000.0 + 32_000.0 + 10_000.0);
+        // GPU-bound warm-up (a 200 ms prefill): the forward itself adds nothing beyond the replay
+        // it replaces; the recording still costs its launches.
+        assert_eq!(h.capture_extra_us(200_000.0, 32), 32_000.0 + 10_000.0);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Predictor {
     token_cache: Mutex<HashMap<(u64, u64), StepCost>>,
     /// CUDA graphs over padded shapes (None: eager or unpadded engines).
     graphs: Option<CudaGraphs>,
+    /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
+    unfused: std::collections::BTreeMap<crate::schema::Op, u32>,
 }
 
 impl Predictor {
@@ -61,6 +63,7 @@ impl Predictor {
             kernel_model: km,
             token_cache: Mutex::new(HashMap::new()),
             graphs: None,
+            unfused: Default::default(),
         }
     }
 
@@ -89,6 +92,7 @@ impl Predictor {
         dep.validate()?;
         let km = km.with_op_backends(&engine.op_backends()?);
         let mut p = Predictor::with_kernel_model(model, gpu, dep, Arc::new(km)).with_host_overhead(host).with_attention_impl(engine.attention_impl);
+        p.unfused = engine.unfused_ops()?;
         if let Some(pad) = engine.cuda_graphs {
             p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
         }
@@ -97,8 +101,8 @@ impl Predictor {
 
     /// Pads steps as a CUDA-graph engine does (`max_q_tokens`: the step token budget;
     /// `kv_cap_tokens`: the KV cache size) and charges a graph capture, at the host model's
-    /// `capture_us` plus one more execution of the step (the eager warm-up forward before the
-    /// recording), the first time a padded shape is run. Makes the predictor stateful.
+    /// `HostOverhead::capture_extra_us` the first time a padded shape is run. Makes the
+    /// predictor stateful.
     pub fn with_cuda_graphs(mut self, padding: GraphPadding, max_q_tokens: u64, kv_cap_tokens: u64) -> Self {
         self.graphs = Some(CudaGraphs::new(padding, max_q_tokens, kv_cap_tokens));
         self
@@ -146,8 +150,15 @@ impl Predictor {
             .collect()
     }
 
-    /// One launch of `ki`, by its own kernel library where the graph names one.
+    /// One launch of `ki`, by its own kernel library where the graph names one; an op the
+    /// engine runs unfused costs its pieces, each an elementwise pass over the op's tensor.
     fn instance_us(&self, ki: &KernelInstance) -> f64 {
+        if let Some(&n) = self.unfused.get(&ki.kernel.op) {
+            let k = &ki.kernel;
+            let elements_per_token = if k.op == crate::schema::Op::Rope { (k.num_heads + k.num_kv_heads) * k.head_dim } else { k.hidden };
+            let pass = crate::schema::Kernel { num_tokens: k.num_tokens, hidden: elements_per_token, ..crate::schema::Kernel::new(crate::schema::Op::Add, k.dtype) };
+            return n as f64 * self.kernel_model.predict_us(&pass);
+        }
         match ki.library {
             Some(lib) => self.kernel_model.predict_us_in(&ki.kernel, lib),
             None => self.kernel_model.predict_us(&ki.kernel),
@@ -184,9 +195,7 @@ impl Predictor {
         cost.add_class("host", wall_us - gpu_us);
         let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
         if captured {
-            // transformers runs the step once eagerly before recording it: the capture costs
-            // that forward's GPU time on top of the host's capture work.
-            cost.add_class("host", gpu_us + self.host.capture_us(self.model.num_layers));
+            cost.add_class("host", self.host.capture_extra_us(gpu_us, self.model.num_layers));
         }
         (cost, captured)
     }
@@ -265,9 +274,9 @@ mod tests {
         let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
         let (first, captured) = p.step_time_and_capture(&step(8, 500));
         assert!(captured);
-        // The capture runs the step eagerly once more and adds the host's capture time.
+        // The capture adds the host's capture cost (no per-layer launch time in this host).
         let gpu = first.total_us - first.host_us;
-        assert!((first.host_us - (gpu + 50_000.0)).abs() < 1e-6, "{first:?}");
+        assert!((first.host_us - 50_000.0).abs() < 1e-6, "{first:?}");
         // 8 x 1000 cached tokens pad to the same 64 queries and 16384 KV tokens: same graph,
         // same padded work.
         let (again, captured) = p.step_time_and_capture(&step(8, 1000));

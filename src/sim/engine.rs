@@ -41,6 +41,11 @@ pub struct EngineParams {
     /// them), for engines whose kernels differ from the most measured ones.
     #[serde(default)]
     pub kernel_backends: std::collections::BTreeMap<String, String>,
+    /// Eager engines that run an op as several small torch kernels (`op = kernels`, e.g.
+    /// transformers' RMSNorm: cast, pow, mean, add, rsqrt, mul, cast, mul = 8): each piece is
+    /// timed as one elementwise pass over the op's tensor.
+    #[serde(default)]
+    pub unfused_elementwise: std::collections::BTreeMap<String, u32>,
 }
 
 impl EngineParams {
@@ -72,6 +77,7 @@ impl EngineParams {
             g.validate()?;
         }
         self.op_backends()?;
+        self.unfused_ops()?;
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("'gpu_memory_utilization' must be in (0, 1], got {}", self.gpu_memory_utilization);
         }
@@ -80,6 +86,20 @@ impl EngineParams {
 }
 
 impl EngineParams {
+    /// `unfused_elementwise` keyed by op, rejecting unknown op names and zero counts.
+    pub fn unfused_ops(&self) -> Result<std::collections::BTreeMap<crate::schema::Op, u32>> {
+        self.unfused_elementwise
+            .iter()
+            .map(|(op, &n)| {
+                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'unfused_elementwise': {e}"))?;
+                if n == 0 {
+                    bail!("field 'unfused_elementwise': '{op}' must run as at least 1 kernel, got 0");
+                }
+                Ok((op, n))
+            })
+            .collect()
+    }
+
     /// `kernel_backends` keyed by op, rejecting unknown op names.
     pub fn op_backends(&self) -> Result<std::collections::BTreeMap<crate::schema::Op, String>> {
         self.kernel_backends
