@@ -5,7 +5,7 @@ use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
-use crate::perf::predictor::{kernel_model_for, Predictor};
+use crate::perf::predictor::{kernel_model_for_engine, Predictor};
 use crate::perf::Tier;
 use crate::report::{self, Outputs};
 use crate::sim::engine::EngineParams;
@@ -143,7 +143,7 @@ impl SimulateArgs {
             None => model.max_context.min(u32::MAX as u64) as u32,
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
-        let (km, note) = kernel_model_for(&gpu, tier)?;
+        let (km, note) = kernel_model_for_engine(&gpu, tier, &engine)?;
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(
             "host overhead ({}): {:.0} us/step + {:.1} us/seq + {:.2} us/token{}",

@@ -39,7 +39,9 @@ pub fn run(args: StepArgs) -> Result<()> {
     }
     let engine = crate::sim::engine::EngineParams::load(&args.engine)?;
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
-    let pred = Predictor::new(&model, &gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_host_overhead(host).with_attention_impl(engine.attention_impl);
+    dep.validate()?;
+    let (km, _) = crate::perf::predictor::kernel_model_for_engine(&gpu, args.deploy.tier.unwrap_or(Tier::Target), &engine)?;
+    let pred = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host).with_attention_impl(engine.attention_impl);
     let table = pred.kernel_table(&seqs);
     let cost = pred.step_time(&seqs);
     let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();

@@ -33,6 +33,12 @@ pub struct EngineParams {
     /// How attention runs over a batch (step-time model detail of the engine).
     #[serde(default)]
     pub attention_impl: crate::kernels::graph::AttentionImpl,
+    /// Kernel libraries the engine runs, per op (`all_reduce = ["vllm/custom_ar_graph"]`): the
+    /// categories of the calibrated kernel model's measurements that time its kernels, in
+    /// preference order (see `KernelModel::with_libraries`). Ops not listed use each model's
+    /// most measured category.
+    #[serde(default)]
+    pub kernels: std::collections::BTreeMap<crate::schema::Op, Vec<String>>,
 }
 
 impl EngineParams {
