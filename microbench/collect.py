@@ -45,7 +45,7 @@ ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embed
 OPS = {
     "gemm": (("m", "n", "k"), {"bf16", "fp8"}, {"cublas", "cublaslt_scaled_mm"}),
     "attn_prefill": (("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
-                     {"sdpa_flash", "sdpa_cudnn"}),
+                     {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked"}),
     "attn_decode": (("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
                     {"triton_paged", "sdpa_flash"}),
     "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm"}),
@@ -159,6 +159,9 @@ def check_shape(r):
             raise PlanError(f"num_heads ({r['num_heads']}) must be a multiple of num_kv_heads ({r['num_kv_heads']})")
         if r["head_dim"] % 8 or r["head_dim"] > 256:
             raise PlanError(f"head_dim = {r['head_dim']} must be a multiple of 8 and at most 256 (flash/cuDNN limits)")
+    if op == "attn_prefill" and r["backend"] == "sdpa_cudnn_masked" and r["num_heads"] != r["num_kv_heads"]:
+        raise PlanError("'sdpa_cudnn_masked' is the packed attention of transformers' paged|sdpa, which repeats KV heads "
+                        "before SDPA: give num_kv_heads = num_heads")
     if op == "attn_prefill" and r["kv_len"] and r["backend"] == "sdpa_cudnn":
         raise PlanError("prefill over a cached prefix (kv_len > 0) runs on 'sdpa_flash' only (SDPA's cuDNN path has no bottom-right causal mask)")
     if op == "attn_decode" and r["seq_len"] > 1:
@@ -202,7 +205,8 @@ def working_set_bytes(r):
     if op == "attn_prefill":
         q = r["batch"] * r["seq_len"] * r["num_heads"] * r["head_dim"] * 2
         kv = 2 * r["batch"] * (r["kv_len"] + r["seq_len"]) * r["num_kv_heads"] * r["head_dim"] * 2
-        return 2 * q + kv
+        mask = r["seq_len"] * (r["kv_len"] + r["seq_len"]) * 2 if r["backend"] == "sdpa_cudnn_masked" else 0
+        return 2 * q + kv + mask
     if op == "attn_decode":
         kv = 2 * r["batch"] * r["kv_len"] * r["num_kv_heads"] * r["head_dim"] * 2
         return kv + 2 * r["batch"] * r["num_heads"] * r["head_dim"] * 2
@@ -543,6 +547,8 @@ class Gpu:
         sets = [(self.randn(b, s, h, d).transpose(1, 2), self.randn(b, p + s, hk, d).transpose(1, 2),
                  self.randn(b, p + s, hk, d).transpose(1, 2)) for _ in range(nb)]
         be = r["backend"]
+        if be == "sdpa_cudnn_masked":
+            return self.packed_masked_attention(b, s, p, h, d, nb), be
         if p == 0:
             fns = [lambda q=q, k=k, v=v: self._sdpa(be, q, k, v, True, h != hk) for q, k, v in sets]
             try:
@@ -567,6 +573,28 @@ class Gpu:
             log(f"    flash op refused GQA ({str(exc).splitlines()[0][:100]}); K/V expanded to {h} heads beforehand")
             sets = [(q, k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)) for q, k, v in sets]
             return [lambda q=q, k=k, v=v: flash(q, k, v, 0.0, True, False)[0] for q, k, v in sets], "sdpa_flash(kv_expanded)"
+
+    def packed_masked_attention(self, b, s, p, h, d, nb):
+        """transformers' `paged|sdpa` attention: all scheduled queries packed into one sequence of
+        s tokens against p + s gathered keys (KV heads already repeated, contiguous), with a dense
+        additive bf16 mask [1, 1, s, p + s] and is_causal=False. The mask holds a block-diagonal
+        causal pattern of `b` packed requests; cuDNN reads it whole, so its values do not change
+        the work."""
+        torch = self.torch
+        n = p + s
+        qi = torch.arange(s, device="cuda")[:, None]
+        kj = torch.arange(n, device="cuda")[None, :]
+        per_q, per_k = max(s // b, 1), max(n // b, 1)
+        allowed = (kj // per_k == torch.clamp(qi // per_q, max=b - 1)) & (kj % per_k <= (p // b) + qi % per_q)
+        mask = torch.zeros(1, 1, s, n, device="cuda", dtype=torch.bfloat16)
+        mask.masked_fill_(~allowed, torch.finfo(torch.bfloat16).min)
+        sets = [(self.randn(1, h, s, d), self.randn(1, h, n, d), self.randn(1, h, n, d)) for _ in range(nb)]
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def run(q, k, v):
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return self.F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        return [lambda q=q, k=k, v=v: run(q, k, v) for q, k, v in sets]
 
     def build_attn_decode(self, r):
         b, kv, h, hk, d = r["batch"], r["kv_len"], r["num_heads"], r["num_kv_heads"], r["head_dim"]
