@@ -21,7 +21,7 @@ pub struct KernelModel {
     /// Per op: the model set (tier) that serves it.
     ops: BTreeMap<Op, (Tier, std::sync::Arc<ModelSet>)>,
     roofline: RooflineModel,
-    /// Per op, the kernel-library categories an engine runs (see `with_libraries`).
+    /// Per op, the kernel-library categories an engine runs (see `with_op_backends`).
     libraries: BTreeMap<Op, Vec<String>>,
 }
 
@@ -92,15 +92,15 @@ impl KernelModel {
         Ok(model)
     }
 
-    /// Times each op as the kernel library an engine runs: `libraries[op]` lists category
+    /// Times each op as the kernel library an engine runs: `backends[op]` lists category
     /// prefixes of the measurements (`vllm/custom_ar_graph`, `nccl`, ...) in preference order.
     /// Of the categories a fitted model knows that match, one measured in the kernel's own
     /// precision is used (a category naming fp8 or fp4 holds kernels of that precision, any
     /// other 16-bit ones); if only a 16-bit one matches a quantized kernel, its efficiency is
     /// applied to the quantized kernel's SOL (see `predict_us`). Ops not listed, or with no
     /// matching category, use the model's most measured category.
-    pub fn with_libraries(mut self, libraries: &BTreeMap<Op, Vec<String>>) -> Self {
-        self.libraries = libraries.clone();
+    pub fn with_op_backends(mut self, backends: &BTreeMap<Op, Vec<String>>) -> Self {
+        self.libraries = backends.clone();
         self
     }
 
@@ -258,7 +258,7 @@ mod tests {
             return; // no fitted all-reduce model shipped: nothing to select from
         }
         let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
-        let km = km.with_libraries(&engine.kernels);
+        let km = km.with_op_backends(&engine.op_backends().unwrap());
         let k = Kernel { bytes: 262_144, num_gpus: 4, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
         let t = km.predict_us(&k);
         assert!(t > 7.1 / 1.5 && t < 7.1 * 1.5, "{t} us");

@@ -26,7 +26,7 @@ pub fn kernel_model_for_engine(
     tier: Tier,
     engine: &crate::sim::engine::EngineParams,
 ) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
-    let km = super::efficiency::KernelModel::load(gpu, tier)?.with_libraries(&engine.kernels);
+    let km = super::efficiency::KernelModel::load(gpu, tier)?.with_op_backends(&engine.op_backends()?);
     let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
     Ok((Arc::new(km), note))
 }

@@ -3,6 +3,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
 
@@ -33,15 +34,37 @@ pub struct EngineParams {
     /// How attention runs over a batch (step-time model detail of the engine).
     #[serde(default)]
     pub attention_impl: crate::kernels::graph::AttentionImpl,
-    /// Kernel libraries the engine runs, per op (`all_reduce = ["vllm/custom_ar_graph"]`): the
-    /// categories of the calibrated kernel model's measurements that time its kernels, in
-    /// preference order (see `KernelModel::with_libraries`). Ops not listed use each model's
-    /// most measured category.
+    /// Kernel libraries the engine runs, per op family: `op = "category prefix"` or a list of
+    /// them in preference order, as the calibrated models name their measurements' libraries
+    /// (see `KernelModel::with_op_backends`). Ops not listed use each model's most measured one.
     #[serde(default)]
-    pub kernels: std::collections::BTreeMap<crate::schema::Op, Vec<String>>,
+    pub kernel_backends: BTreeMap<String, Backends>,
+}
+
+/// One kernel-library prefix or several in preference order.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Backends {
+    One(String),
+    Many(Vec<String>),
 }
 
 impl EngineParams {
+    /// `kernel_backends` keyed by op, rejecting unknown op names.
+    pub fn op_backends(&self) -> Result<BTreeMap<crate::schema::Op, Vec<String>>> {
+        self.kernel_backends
+            .iter()
+            .map(|(op, b)| {
+                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'kernel_backends': {e}"))?;
+                let list = match b {
+                    Backends::One(p) => vec![p.clone()],
+                    Backends::Many(v) => v.clone(),
+                };
+                Ok((op, list))
+            })
+            .collect()
+    }
+
     /// By embedded name (`vllm`, `sglang`, `static`) or path to a TOML file.
     pub fn load(name_or_path: &str) -> Result<EngineParams> {
         let (text, origin) = if name_or_path.ends_with(".toml") {
@@ -66,6 +89,7 @@ impl EngineParams {
                 bail!("'{name}' must be at least 1");
             }
         }
+        self.op_backends()?;
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("'gpu_memory_utilization' must be in (0, 1], got {}", self.gpu_memory_utilization);
         }
@@ -78,4 +102,36 @@ pub fn builtin_engines() -> Vec<String> {
         .iter()
         .filter_map(|(p, _)| p.strip_prefix("engines/").and_then(|n| n.strip_suffix(".toml")).map(str::to_string))
         .collect()
+}
+
+#[cfg(test)]
+mod kernel_backend_tests {
+    use super::*;
+    use crate::schema::Op;
+
+    fn with_backends(table: &str) -> Result<EngineParams> {
+        let mut text = EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == "engines/static.toml").unwrap().1.to_string();
+        text.push_str(table);
+        let p: EngineParams = toml::from_str(&text)?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    #[test]
+    fn kernel_backends_take_one_prefix_or_a_list_and_reject_unknown_ops() {
+        let p = with_backends("\n[kernel_backends]\ngemm = \"cublas\"\nall_reduce = [\"vllm/custom_ar_graph\", \"nccl\"]\n").unwrap();
+        let b = p.op_backends().unwrap();
+        assert_eq!(b[&Op::Gemm], vec!["cublas".to_string()]);
+        assert_eq!(b[&Op::AllReduce], vec!["vllm/custom_ar_graph".to_string(), "nccl".to_string()]);
+        let e = with_backends("\n[kernel_backends]\ngemmm = \"cublas\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("kernel_backends") && format!("{e:#}").contains("gemmm"), "{e:#}");
+    }
+
+    #[test]
+    fn serving_engines_name_their_all_reduce() {
+        for (engine, lib) in [("vllm", "vllm/custom_ar_graph"), ("sglang", "vllm/custom_ar_graph"), ("trtllm", "trtllm/custom_ar")] {
+            let b = EngineParams::load(engine).unwrap().op_backends().unwrap();
+            assert_eq!(b[&Op::AllReduce][0], lib, "{engine}");
+        }
+    }
 }
