@@ -5,7 +5,8 @@ use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
-use crate::perf::predictor::{kernel_model_for_engine, Predictor};
+use crate::perf::efficiency::KernelModel;
+use crate::perf::predictor::Predictor;
 use crate::perf::Tier;
 use crate::report::{self, Outputs};
 use crate::sim::engine::EngineParams;
@@ -143,7 +144,8 @@ impl SimulateArgs {
             None => model.max_context.min(u32::MAX as u64) as u32,
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
-        let (km, note) = kernel_model_for_engine(&gpu, tier, &engine)?;
+        let km = KernelModel::load(&gpu, tier)?;
+        let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(
             "host overhead ({}): {:.0} us/step + {:.1} us/seq + {:.2} us/token{}",
@@ -153,7 +155,8 @@ impl SimulateArgs {
             host.per_token_us,
             if host.launch_per_layer_us > 0.0 { format!(", eager launches {:.0} us/layer", host.launch_per_layer_us) } else { String::new() }
         );
-        let predictor = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host).with_attention_impl(engine.attention_impl);
+        let kv_cap_tokens = num_gpu_blocks as u64 * engine.block_size as u64;
+        let predictor = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, kv_cap_tokens)?;
         let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
         let cfg = SimConfig {
             engine,

@@ -2,6 +2,7 @@
 use super::common::DeployArgs;
 use crate::batch_spec::parse_batch_spec;
 use crate::kernels::memory;
+use crate::perf::efficiency::KernelModel;
 use crate::perf::predictor::Predictor;
 use crate::perf::{StepTimeModel, Tier};
 use anyhow::{bail, Result};
@@ -39,9 +40,7 @@ pub fn run(args: StepArgs) -> Result<()> {
     }
     let engine = crate::sim::engine::EngineParams::load(&args.engine)?;
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
-    dep.validate()?;
-    let (km, _) = crate::perf::predictor::kernel_model_for_engine(&gpu, args.deploy.tier.unwrap_or(Tier::Target), &engine)?;
-    let pred = Predictor::with_kernel_model(&model, &gpu, &dep, km).with_host_overhead(host).with_attention_impl(engine.attention_impl);
+    let pred = Predictor::for_engine(&model, &gpu, &dep, KernelModel::load(&gpu, args.deploy.tier.unwrap_or(Tier::Target))?, &engine, host, plan.kv_capacity_tokens)?;
     let table = pred.kernel_table(&seqs);
     let cost = pred.step_time(&seqs);
     let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();

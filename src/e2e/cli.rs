@@ -1,6 +1,6 @@
 //! `kernelsight validate e2e`: replays measured serving runs and reports the error per metric.
 
-use super::{silicon, traces};
+use super::{silicon, step_gpu, traces};
 use crate::perf::Tier;
 use crate::report::scatter::{predicted_vs_measured, Series};
 use anyhow::{Context, Result};
@@ -11,8 +11,11 @@ use std::path::PathBuf;
 #[command(after_help = "Example:\n  kernelsight validate e2e --out out/e2e\n\nRuns of the calibration families fit the host-overhead model; the other families are held out and never used for fitting anything.")]
 pub struct E2eArgs {
     /// Trace folders (one sub-folder per model, see their READMEs); repeatable.
-    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2"])]
+    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2", "calibration/traces/h200_sxm_cudagraph"])]
     pub traces: Vec<PathBuf>,
+    /// Per-step GPU times (CUDA events) of CUDA-graph runs, compared step by step.
+    #[arg(long, default_value = "calibration/traces/h200_sxm_cudagraph_profile")]
+    pub step_profile: PathBuf,
     /// Kernel-time tiers to compare (repeatable); default: roofline, target and cross-gen.
     #[arg(long, value_enum)]
     pub tier: Vec<Tier>,
@@ -58,13 +61,25 @@ pub fn run(args: E2eArgs) -> Result<()> {
         let dirs: Vec<&std::path::Path> = args.traces.iter().map(PathBuf::as_path).collect();
         Some(traces::validate(&dirs, &tiers)?)
     };
+    let step_rows = if args.no_traces || !args.step_profile.is_dir() {
+        None
+    } else {
+        let mut models = Vec::new();
+        for d in &args.traces {
+            models.extend(traces::load_dir(d)?);
+        }
+        Some(step_gpu::validate(&args.step_profile, &models, &tiers)?)
+    };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit)?) };
     if args.json {
-        let v = serde_json::json!({ "h200_traces": traces_report, "h100_public": silicon_report });
+        let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h100_public": silicon_report });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         if let Some(r) = &traces_report {
             print!("{}", r.render());
+        }
+        if let Some(rows) = &step_rows {
+            print!("\n{}", step_gpu::render(rows));
         }
         if let Some(r) = &silicon_report {
             print!("\n{}", r.render());
@@ -77,9 +92,13 @@ pub fn run(args: E2eArgs) -> Result<()> {
         if let Some(report) = &traces_report {
             let tier = tiers[0].as_str();
             std::fs::create_dir_all(&host_dir)?;
-            let path = host_dir.join("hf.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&report.host_fits[tier])? + "\n")?;
-            eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed the host files", path.display());
+            for (key, file) in [(tier.to_string(), "hf.json"), (format!("{tier}/cudagraph"), "hf-cudagraph.json")] {
+                if let Some(h) = report.host_fits.get(&key) {
+                    let path = host_dir.join(file);
+                    std::fs::write(&path, serde_json::to_string_pretty(h)? + "\n")?;
+                    eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed the host files", path.display());
+                }
+            }
         }
     }
     let Some(report) = traces_report else { return Ok(()) };

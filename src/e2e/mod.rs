@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod silicon;
 pub mod stats;
+pub mod step_gpu;
 pub mod traces;

@@ -5,8 +5,9 @@
 use super::stats::{ape, quantile, ErrorStats};
 use crate::deployment::Deployment;
 use crate::hardware::load_gpu;
-use crate::kernels::graph::AttentionImpl;
 use crate::model::ModelConfig;
+use crate::perf::efficiency::KernelModel;
+use crate::perf::graphs::GraphPadding;
 use crate::perf::host::HostOverhead;
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
@@ -61,6 +62,10 @@ pub struct TraceRun {
     pub prefix_sharing: bool,
     /// Tensor-parallel degree the run used.
     pub tp: u64,
+    /// CUDA graphs over padded shapes (None: eager).
+    pub graphs: Option<GraphPadding>,
+    /// KV cache size in tokens per layer group (where KV padding stops).
+    pub kv_cap_tokens: u64,
     pub steps: Vec<TraceStep>,
     /// Finished requests only.
     pub requests: Vec<TraceRequest>,
@@ -142,6 +147,15 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
     })
 }
 
+/// transformers records `use_cuda_graph` as one flag or a (varlen, decode) pair.
+fn uses_cuda_graphs(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Array(a)) => a.iter().any(|x| x.as_bool() == Some(true)),
+        _ => false,
+    }
+}
+
 fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
     let cache = v.get("cache").ok_or_else(|| anyhow!("{origin}: field 'cache' missing"))?;
     let engine = v.get("engine_requested").ok_or_else(|| anyhow!("{origin}: field 'engine_requested' missing"))?;
@@ -162,6 +176,18 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         }
         steps.push(step);
     }
+    let graphs = match v.get("engine_resolved") {
+        Some(r) if uses_cuda_graphs(r.get("use_cuda_graph")) => Some(GraphPadding {
+            q_tokens: u64_field(r, "q_padding_interval_size", origin)? as u32,
+            kv_tokens: u64_field(r, "kv_padding_interval_size", origin)? as u32,
+        }),
+        _ => None,
+    };
+    let block_size = u64_field(cache, "block_size", origin)?;
+    let kv_cap_tokens = match engine.get("kv_capacity_tokens_per_group").and_then(Value::as_u64) {
+        Some(t) => t,
+        None => u64_field(cache, "num_blocks", origin)? * block_size,
+    };
     Ok(TraceRun {
         key: format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?")),
         status: v.get("status").and_then(Value::as_str).unwrap_or("?").to_string(),
@@ -170,10 +196,25 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         max_batch_tokens: u64_field(cache, "max_batch_tokens", origin)? as u32,
         prefix_sharing: cache.get("use_prefix_sharing").and_then(Value::as_bool).unwrap_or(false),
         tp: engine.get("tp").and_then(Value::as_u64).unwrap_or(1).max(1),
+        graphs,
+        kv_cap_tokens,
         steps,
         requests: Vec::new(),
         sent: Vec::new(),
     })
+}
+
+/// The runs of one runs.jsonl that carry timings (ok or partial), without their requests.
+pub fn load_runs(runs_path: &Path) -> Result<Vec<TraceRun>> {
+    let mut runs = Vec::new();
+    for (line, v) in read_jsonl(runs_path)? {
+        let status = v.get("status").and_then(Value::as_str).unwrap_or("");
+        if status != "ok" && status != "partial" {
+            continue; // failed and skipped runs carry no timings
+        }
+        runs.push(parse_run(&v, &format!("{}: line {line}", runs_path.display()))?);
+    }
+    Ok(runs)
 }
 
 /// Loads every model folder under `dir` (each with config.json, runs.jsonl, requests.jsonl).
@@ -190,15 +231,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
             Some(i) if label[i + 2..].chars().all(|c| c.is_ascii_digit()) => label[..i].to_string(),
             _ => label.clone(),
         };
-        let runs_path = folder.join("runs.jsonl");
-        let mut runs: Vec<TraceRun> = Vec::new();
-        for (line, v) in read_jsonl(&runs_path)? {
-            let status = v.get("status").and_then(Value::as_str).unwrap_or("");
-            if status != "ok" && status != "partial" {
-                continue; // failed and skipped runs carry no timings
-            }
-            runs.push(parse_run(&v, &format!("{}: line {line}", runs_path.display()))?);
-        }
+        let mut runs = load_runs(&folder.join("runs.jsonl"))?;
         let req_path = folder.join("requests.jsonl");
         // A folder whose runs were all skipped has no request file.
         let request_lines = if req_path.is_file() { read_jsonl(&req_path)? } else { Vec::new() };
@@ -208,8 +241,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
             let Some(run) = runs.iter_mut().find(|r| r.key == key) else { continue };
             let spec = RequestSpec {
                 id: run.sent.len() as u64,
-                // Requests that never started (partial runs) only carry their planned arrival.
-                arrival_s: f64_field(&v, "arrival_s", &origin).or_else(|_| f64_field(&v, "target_arrival_s", &origin))?,
+                // The harness adds the requests planned at t = 0 before it starts the engine
+                // loop, so the first step sees them all: they arrive at 0. Requests that never
+                // started (partial runs) only carry their planned arrival.
+                arrival_s: match v.get("target_arrival_s").and_then(Value::as_f64) {
+                    Some(t) if t <= 0.0 => 0.0,
+                    _ => f64_field(&v, "arrival_s", &origin).or_else(|_| f64_field(&v, "target_arrival_s", &origin))?,
+                },
                 prompt_tokens: u64_field(&v, "prompt_tokens", &origin)? as u32,
                 output_tokens: u64_field(&v, "requested_output_tokens", &origin)? as u32,
                 prefix_group: v.get("prefix_group").and_then(Value::as_u64),
@@ -261,17 +299,32 @@ pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
     ])
 }
 
-fn predictor(model: &ModelConfig, tp: u64, tier: Tier, host: HostOverhead) -> Result<Predictor> {
-    let gpu = load_gpu("h200_sxm")?;
-    let dep = Deployment { tp, ..Deployment::default() };
-    Ok(Predictor::new(model, &gpu, &dep, tier)?.with_host_overhead(host).with_attention_impl(AttentionImpl::PackedSdpa))
+/// The `hf` engine profile a run used: eager, or CUDA graphs with the run's own padding.
+fn engine_for(run: &TraceRun) -> Result<EngineParams> {
+    let mut engine = EngineParams::load(if run.graphs.is_some() { "hf-cudagraph" } else { "hf" })?;
+    engine.cuda_graphs = run.graphs;
+    engine.block_size = run.block_size;
+    engine.max_num_batched_tokens = run.max_batch_tokens;
+    engine.prefix_caching = run.prefix_sharing;
+    Ok(engine)
 }
 
-/// A logged decode-only step as the simulator's batch: `n` sequences sharing the KV read.
-fn decode_step_batch(s: &TraceStep) -> Vec<SeqWork> {
-    let n = s.num_requests.max(1);
-    let cached = (s.kv_read / n as u64).max(1) as u32;
-    vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n as usize]
+pub fn predictor_for(model: &ModelConfig, run: &TraceRun, tier: Tier, host: HostOverhead) -> Result<Predictor> {
+    let gpu = load_gpu("h200_sxm")?;
+    let dep = Deployment { tp: run.tp, ..Deployment::default() };
+    Predictor::for_engine(model, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine_for(run)?, host, run.kv_cap_tokens)
+}
+
+/// A logged step as the simulator's batch: the step's requests sharing its query tokens and
+/// its KV read evenly (packed attention and the token kernels depend on the totals only).
+pub fn logged_step_batch(s: &TraceStep) -> Vec<SeqWork> {
+    let n = s.num_requests.max(1) as u64;
+    (0..n)
+        .map(|i| SeqWork {
+            new_tokens: (s.q_tokens / n + u64::from(i < s.q_tokens % n)).max(1) as u32,
+            cached_tokens: (s.kv_read / n + u64::from(i < s.kv_read % n)) as u32,
+        })
+        .collect()
 }
 
 /// Fits the `hf` host model on the calibration families' decode-only steps where the host
@@ -280,11 +333,11 @@ fn decode_step_batch(s: &TraceStep) -> Vec<SeqWork> {
 pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut rows: Vec<([f64; 3], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
-        let p = predictor(&m.config, 1, tier, zero_host())?;
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1) {
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_none()) {
+            let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
             for s in run.steps.iter().filter(|s| s.num_decode == s.num_requests && s.num_requests > 0) {
                 let measured_us = (s.end_s - s.start_s) * 1e6;
-                let gpu_us = p.step_time(&decode_step_batch(s)).total_us;
+                let gpu_us = p.step_time(&logged_step_batch(s)).total_us;
                 if gpu_us < 0.5 * measured_us {
                     rows.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64], measured_us));
                 }
@@ -299,18 +352,60 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
         launch_per_layer_us: coef[0],
         per_step_us: coef[1],
         per_seq_us: coef[2],
-        per_token_us: 0.0,
         source: format!(
             "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {})",
             rows.len(),
             CALIBRATION_FAMILIES.join(", "),
             tier.as_str()
         ),
+        ..HostOverhead::zero()
     })
 }
 
-fn zero_host() -> HostOverhead {
-    HostOverhead { per_step_us: 0.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 0.0, source: "none".into() }
+/// Fits the CUDA-graph `hf` host model on the calibration families' CUDA-graph runs, stepping
+/// through each run's logged steps in order: a step whose padded shape was already captured
+/// costs `GPU + per_step + per_seq x sequences` (fitted on those steps' residual over the
+/// predicted GPU time), a step that captures a new graph adds its eager warm-up forward (the
+/// GPU time again) and `capture + capture_per_layer x layers` (fitted on what is left). Non-negative least squares throughout.
+pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
+    let mut replays: Vec<([f64; 3], f64)> = Vec::new();
+    let mut captures: Vec<(u64, usize, f64)> = Vec::new(); // (layers, sequences, residual)
+    for m in models.iter().filter(|m| m.is_calibration()) {
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_some()) {
+            let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
+            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
+                let (cost, captured) = p.step_time_and_capture(&logged_step_batch(s));
+                // With a zero host model, a capturing step's host share is its warm-up forward.
+                let residual = (s.end_s - s.start_s) * 1e6 - cost.total_us;
+                if captured {
+                    captures.push((m.config.num_layers, s.num_requests as usize, residual));
+                } else {
+                    replays.push(([0.0, 1.0, s.num_requests as f64], residual));
+                }
+            }
+        }
+    }
+    if replays.len() < 10 || captures.len() < 3 {
+        bail!("only {} replayed and {} capturing steps in the calibration CUDA-graph traces; need 10 and 3", replays.len(), captures.len());
+    }
+    let c = nonneg_least_squares(&replays);
+    let rows: Vec<([f64; 3], f64)> =
+        captures.iter().map(|&(l, n, r)| ([l as f64, 1.0, 0.0], r - c[1] - c[2] * n as f64)).collect();
+    let k = nonneg_least_squares(&rows);
+    Ok(HostOverhead {
+        per_step_us: c[1],
+        per_seq_us: c[2],
+        graph_capture_us: k[1],
+        graph_capture_per_layer_us: k[0],
+        source: format!(
+            "fitted by `validate e2e` on {} replayed and {} capturing steps of the CUDA-graph runs of {} (tier {})",
+            replays.len(),
+            captures.len(),
+            CALIBRATION_FAMILIES.join(", "),
+            tier.as_str()
+        ),
+        ..HostOverhead::zero()
+    })
 }
 
 /// Ordinary least squares on 3 features, refitting without any coefficient that comes out
@@ -375,11 +470,8 @@ impl RequestSource for VecSource {
 
 /// Replays one run with the `hf` engine and returns the predicted metrics.
 pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<(BTreeMap<&'static str, f64>, String)> {
-    let p = predictor(&model.config, run.tp, tier, host.clone())?;
-    let mut engine = EngineParams::load("hf")?;
-    engine.block_size = run.block_size;
-    engine.max_num_batched_tokens = run.max_batch_tokens;
-    engine.prefix_caching = run.prefix_sharing;
+    let p = predictor_for(&model.config, run, tier, host.clone())?;
+    let engine = engine_for(run)?;
     let cfg = SimConfig {
         engine,
         num_gpu_blocks: run.blocks_per_group,
@@ -407,10 +499,12 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
 /// communication and TP step model on top.
-pub const SPLITS: [&str; 3] = ["calibration", "held-out", "held-out-tp"];
+pub const SPLITS: [&str; 5] = ["calibration", "held-out", "held-out-tp", "calibration-cudagraph", "held-out-cudagraph"];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
-    if run.tp > 1 {
+    if run.graphs.is_some() {
+        if m.is_calibration() { "calibration-cudagraph" } else { "held-out-cudagraph" }
+    } else if run.tp > 1 {
         "held-out-tp"
     } else if m.is_calibration() {
         "calibration"
@@ -432,7 +526,8 @@ pub struct RunResult {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TracesReport {
-    pub host_fits: BTreeMap<&'static str, HostOverhead>,
+    /// Keyed `tier` (eager) and `tier/cudagraph`.
+    pub host_fits: BTreeMap<String, HostOverhead>,
     pub kernel_models: BTreeMap<&'static str, String>,
     pub runs: Vec<RunResult>,
     /// tier -> split -> metric -> error statistics over runs.
@@ -455,11 +550,16 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
         }
     }
+    let any_graphs = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_some()));
+    let any_eager = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_none()));
     for &tier in tiers {
-        let host = fit_host(&models, tier)?;
+        let host = if any_eager { Some(fit_host(&models, tier)?) } else { None };
+        let host_cg = if any_graphs { Some(fit_host_cudagraph(&models, tier)?) } else { None };
         for m in &models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
-                let (predicted, describe) = replay(m, run, tier, &host)?;
+                let h = if run.graphs.is_some() { &host_cg } else { &host };
+                let h = h.as_ref().expect("a host model for every mode with runs");
+                let (predicted, describe) = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
                 let measured = measured_metrics(run);
                 let apes = METRICS.iter().map(|&k| (k, ape(predicted[k], measured[k]))).collect();
@@ -474,7 +574,12 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
                 });
             }
         }
-        report.host_fits.insert(tier.as_str(), host);
+        if let Some(h) = host {
+            report.host_fits.insert(tier.as_str().to_string(), h);
+        }
+        if let Some(h) = host_cg {
+            report.host_fits.insert(format!("{}/cudagraph", tier.as_str()), h);
+        }
         for split in SPLITS {
             let rows: Vec<&RunResult> = report.runs.iter().filter(|r| r.tier == tier.as_str() && r.split == split).collect();
             let per_metric = METRICS.iter().map(|&k| (k, ErrorStats::of(&rows.iter().map(|r| r.ape[k]).collect::<Vec<_>>()))).collect();
@@ -489,8 +594,8 @@ impl TracesReport {
         let mut s = String::from("H200 traces (transformers continuous batching, engine profile `hf`): APE % over runs\n");
         for (tier, host) in &self.host_fits {
             s += &format!(
-                "  host model [{tier}]: {:.0} us/step + {:.0} us/seq, eager launches {:.0} us/layer ({})\n",
-                host.per_step_us, host.per_seq_us, host.launch_per_layer_us, host.source
+                "  host model [{tier}]: {:.0} us/step + {:.0} us/seq, eager launches {:.0} us/layer, graph capture {:.0} us + {:.0} us/layer ({})\n",
+                host.per_step_us, host.per_seq_us, host.launch_per_layer_us, host.graph_capture_us, host.graph_capture_per_layer_us, host.source
             );
         }
         for (tier, describe) in &self.kernel_models {

@@ -8,6 +8,7 @@
 
 use crate::deployment::Deployment;
 use crate::model::{AttnKind, ModelConfig};
+use crate::perf::graphs::CudaGraphs;
 use crate::perf::SeqWork;
 use crate::schema::{Dtype, Kernel, Op};
 use serde::Serialize;
@@ -256,46 +257,118 @@ pub enum AttentionImpl {
     PerSequence,
     /// transformers continuous batching with `paged|sdpa`: each layer gathers the KV of every
     /// scheduled request into one packed sequence, repeats KV heads up to the query heads, and
-    /// runs one SDPA (math path, explicit block-diagonal mask) of all query tokens against all
-    /// gathered keys. Work grows with (sum of queries) x (sum of keys).
+    /// runs one SDPA of all query tokens against all gathered keys with a dense additive mask
+    /// (block-diagonal causal), `is_causal=False`: cuDNN's masked flash kernel on Hopper,
+    /// which does the whole (queries x keys) product. Work grows with (sum of queries) x (sum of keys).
     PackedSdpa,
 }
 
-/// Attention of the `PackedSdpa` implementation, as the kernels it really runs: a gather of
-/// the KV (repeated to query heads), QK^T and PV as per-head GEMMs over the packed batch, and
-/// the masked softmax over the score matrix.
-pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
+/// Lengths of one packed-SDPA step: query tokens, and per attention group (kind, layers) the
+/// keys each layer attends. transformers keeps one read index `[layer groups, keys]` for all
+/// groups, so every group attends the longest group's keys (sliding layers cap each request's
+/// read at the window, but pad up to the full layers' length). With `pad` (CUDA graphs) the
+/// queries and the KV read are padded as the engine pads them.
+pub fn packed_lengths(model: &ModelConfig, seqs: &[SeqWork], pad: Option<&CudaGraphs>) -> (u64, Vec<(AttnKind, u64, u64)>) {
+    let q_raw: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+    let q = pad.map_or(q_raw, |g| g.pad_q(q_raw));
+    let groups = attention_groups(model);
+    let read = groups
+        .iter()
+        .map(|&(attn, _)| {
+            let window = match attn {
+                AttnKind::Sliding { window } => window,
+                _ => 0,
+            };
+            seqs.iter().map(|s| if window > 0 { (s.cached_tokens as u64).min(window) } else { s.cached_tokens as u64 }).sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    let read = pad.map_or(read, |g| g.pad_kv(read));
+    (q, groups.into_iter().map(|(attn, count)| (attn, count, read + q)).collect())
+}
+
+/// Attention of the `PackedSdpa` implementation, as the kernels it really runs: the gather of
+/// the scheduled requests' KV from the paged cache, the repeat of KV heads up to the query
+/// heads (a copy), and one masked cuDNN attention (batch 1, `seq_len` = queries, `kv_len` =
+/// keys before them) whose time the calibrated model knows as backend `sdpa_cudnn_masked`.
+pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork], pad: Option<&CudaGraphs>) -> Vec<KernelInstance> {
     let mut out = Vec::new();
-    let (hq, _) = heads_per_gpu(model, dep.tp);
+    let (hq, hkv) = heads_per_gpu(model, dep.tp);
     let a = dep.act_dtype_for_elementwise();
-    let q_tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-    for (attn, count) in attention_groups(model) {
+    let (q, groups) = packed_lengths(model, seqs, pad);
+    for (attn, count, keys) in groups {
         if attn == AttnKind::Linear {
             out.extend(attention_kernels(model, dep, seqs).into_iter().filter(|k| k.kernel.op == Op::LinearAttn).take(1));
             continue;
         }
-        let window = match attn {
-            AttnKind::Sliding { window } => window,
-            _ => 0,
-        };
-        let keys: u64 = seqs
-            .iter()
-            .map(|s| {
-                let total = (s.cached_tokens + s.new_tokens) as u64;
-                if window > 0 { total.min(window + s.new_tokens as u64) } else { total }
-            })
-            .sum();
-        let d = match &model.mla {
-            Some(m) => m.qk_nope_head_dim + m.qk_rope_head_dim,
-            None => model.head_dim,
+        let (d, kv_heads) = match &model.mla {
+            Some(m) => (m.qk_nope_head_dim + m.qk_rope_head_dim, hq),
+            None => (model.head_dim, hkv),
         };
         let tag = format!("layer[{}]", attn_tag(attn));
-        let gather = Kernel { bytes: 2 * keys * hq * d * a.bytes() as u64, ..Kernel::new(Op::Copy, a) };
-        out.push(KernelInstance { name: format!("{tag}.kv_gather_repeat"), kernel: gather, count });
-        out.push(KernelInstance { name: format!("{tag}.scores_qk"), kernel: Kernel::gemm(a, q_tokens, keys, d), count: count * hq });
-        let softmax = Kernel { num_tokens: q_tokens * hq, hidden: keys, ..Kernel::new(Op::Add, a) };
-        out.push(KernelInstance { name: format!("{tag}.masked_softmax"), kernel: softmax, count });
-        out.push(KernelInstance { name: format!("{tag}.scores_pv"), kernel: Kernel::gemm(a, q_tokens, d, keys), count: count * hq });
+        let bytes = |heads: u64| 2 * keys * heads * d * a.bytes() as u64;
+        out.push(KernelInstance { name: format!("{tag}.kv_gather"), kernel: Kernel { bytes: bytes(kv_heads), ..Kernel::new(Op::Copy, a) }, count });
+        if kv_heads != hq {
+            out.push(KernelInstance { name: format!("{tag}.kv_repeat"), kernel: Kernel { bytes: bytes(hq), ..Kernel::new(Op::Copy, a) }, count });
+        }
+        if matches!(attn, AttnKind::Sliding { .. }) {
+            // Sliding layers read old KV and then `masked_scatter_` the new tokens into it, for K
+            // and V: an int64 prefix sum over the mask expanded to every element, then the
+            // scatter (mask 1 + prefix 8 + source 2 + destination 2 bytes, read or written,
+            // per element), charged as a copy of half that traffic.
+            let elements = keys * kv_heads * d;
+            let scatter = Kernel { bytes: elements * 13 / 2, ..Kernel::new(Op::Copy, a) };
+            out.push(KernelInstance { name: format!("{tag}.kv_masked_scatter"), kernel: scatter, count: 2 * count });
+        }
+        let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: hq, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
+        out.push(KernelInstance { name: format!("{tag}.packed_masked_sdpa"), kernel: k, count });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::graphs::GraphPadding;
+
+    fn decode(n: usize, cached: u32) -> Vec<SeqWork> {
+        vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n]
+    }
+
+    #[test]
+    fn packed_attention_sums_queries_and_keys_and_pads_them() {
+        let m = ModelConfig::load("llama-3.1-8b").unwrap();
+        // 8 decoding requests with 500 cached tokens each: 8 queries against 4000 + 8 keys.
+        let (q, groups) = packed_lengths(&m, &decode(8, 500), None);
+        assert_eq!(q, 8);
+        assert_eq!(groups, vec![(AttnKind::Full, 32, 4008)]);
+        // CUDA graphs pad queries to 64 and the KV read to 16384 (here below the cache size).
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        let (q, groups) = packed_lengths(&m, &decode(8, 500), Some(&g));
+        assert_eq!((q, groups[0].2), (64, 16384 + 64));
+        let ks = packed_sdpa_kernels(&m, &Deployment::default(), &decode(8, 500), Some(&g));
+        let attn = ks.iter().find(|k| k.kernel.op == Op::AttnPrefill).unwrap();
+        // KV heads are repeated up to the 32 query heads before one batch-1 SDPA.
+        assert_eq!((attn.kernel.batch, attn.kernel.seq_len, attn.kernel.kv_len, attn.kernel.num_kv_heads), (1, 64, 16384, 32));
+        assert!(ks.iter().any(|k| k.name.ends_with("kv_repeat")));
+    }
+
+    #[test]
+    fn sliding_layers_attend_the_longest_groups_keys_and_pay_the_scatter() {
+        let m = ModelConfig::load("gemma-3-27b-it").unwrap();
+        let window = m.layers.iter().find_map(|l| match l.attn {
+            AttnKind::Sliding { window } => Some(window),
+            _ => None,
+        });
+        let window = window.expect("gemma-3 has sliding layers");
+        // Requests longer than the window: sliding layers read at most the window each, but the
+        // one read index makes them attend as many keys as the full layers.
+        let seqs = decode(4, (window * 3) as u32);
+        let (_, groups) = packed_lengths(&m, &seqs, None);
+        assert!(groups.len() == 2 && groups.iter().all(|g| g.2 == 4 * window * 3 + 4), "{groups:?}");
+        let ks = packed_sdpa_kernels(&m, &Deployment::default(), &seqs, None);
+        let scatter: Vec<_> = ks.iter().filter(|k| k.name.ends_with("kv_masked_scatter")).collect();
+        assert_eq!(scatter.len(), 1, "only the sliding group scatters");
+        assert!(scatter[0].name.contains("sliding"));
+    }
 }

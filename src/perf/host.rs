@@ -18,6 +18,13 @@ pub struct HostOverhead {
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
     #[serde(default)]
     pub launch_per_layer_us: f64,
+    /// CUDA-graph engines that capture lazily: host time of capturing a graph for a padded
+    /// shape seen for the first time, `graph_capture_us + graph_capture_per_layer_us x layers`
+    /// (the capture runs the forward eagerly, so it grows with depth).
+    #[serde(default)]
+    pub graph_capture_us: f64,
+    #[serde(default)]
+    pub graph_capture_per_layer_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -32,16 +39,36 @@ impl Default for HostOverhead {
             per_seq_us: 2.0,
             per_token_us: 0.05,
             launch_per_layer_us: 0.0,
+            graph_capture_us: 0.0,
+            graph_capture_per_layer_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
 }
 
 impl HostOverhead {
+    /// No host overhead at all (the GPU time alone).
+    pub fn zero() -> HostOverhead {
+        HostOverhead {
+            per_step_us: 0.0,
+            per_seq_us: 0.0,
+            per_token_us: 0.0,
+            launch_per_layer_us: 0.0,
+            graph_capture_us: 0.0,
+            graph_capture_per_layer_us: 0.0,
+            source: "none".into(),
+        }
+    }
+
     /// Step wall time from the GPU time of its kernels.
     pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_seqs: usize, num_tokens: u64) -> f64 {
         let launch = self.launch_per_layer_us * num_layers as f64;
         gpu_us.max(launch) + self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
+    }
+
+    /// Host time of capturing one CUDA graph of a model with `num_layers` layers.
+    pub fn capture_us(&self, num_layers: u64) -> f64 {
+        self.graph_capture_us + self.graph_capture_per_layer_us * num_layers as f64
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
@@ -50,6 +77,8 @@ impl HostOverhead {
             ("per_seq_us", self.per_seq_us),
             ("per_token_us", self.per_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
+            ("graph_capture_us", self.graph_capture_us),
+            ("graph_capture_per_layer_us", self.graph_capture_per_layer_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
@@ -79,7 +108,7 @@ mod tests {
 
     #[test]
     fn eager_launch_bound_steps_take_the_longer_of_cpu_and_gpu() {
-        let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, source: String::new() };
+        let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, ..HostOverhead::default() };
         // 32 layers x 500 us = 16 ms of launches hide a 5 ms GPU step ...
         assert_eq!(h.step_us(5_000.0, 32, 1, 1), 16_100.0);
         // ... but not a 40 ms one.

@@ -2,6 +2,7 @@
 //! overhead, composed by a predictor the simulator asks for step times.
 
 pub mod efficiency;
+pub mod graphs;
 pub mod host;
 pub mod predictor;
 pub mod roofline;

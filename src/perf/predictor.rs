@@ -2,11 +2,12 @@
 //! kernel-time model, and adds host overhead. Token-count-dependent kernels (GEMMs, norms,
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
+use super::graphs::{CudaGraphs, GraphPadding};
 use super::host::HostOverhead;
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
-use crate::kernels::graph::{attention_kernels, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
+use crate::kernels::graph::{attention_kernels, packed_lengths, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ pub struct Predictor {
     pub attention_impl: AttentionImpl,
     kernel_model: Arc<dyn KernelTimeModel>,
     token_cache: Mutex<HashMap<(u64, u64), StepCost>>,
+    /// CUDA graphs over padded shapes (None: eager or unpadded engines).
+    graphs: Option<CudaGraphs>,
 }
 
 impl Predictor {
@@ -68,6 +71,7 @@ impl Predictor {
             attention_impl: AttentionImpl::PerSequence,
             kernel_model: km,
             token_cache: Mutex::new(HashMap::new()),
+            graphs: None,
         }
     }
 
@@ -81,11 +85,52 @@ impl Predictor {
         self
     }
 
+    /// The predictor an engine profile implies: its kernel libraries (`kernel_backends`),
+    /// attention implementation and CUDA-graph padding (`kv_cap_tokens`: KV cache size in
+    /// tokens per layer group), with `host` as its host overhead.
+    pub fn for_engine(
+        model: &ModelConfig,
+        gpu: &GpuSpec,
+        dep: &Deployment,
+        km: super::efficiency::KernelModel,
+        engine: &crate::sim::engine::EngineParams,
+        host: HostOverhead,
+        kv_cap_tokens: u64,
+    ) -> anyhow::Result<Predictor> {
+        dep.validate()?;
+        let km = km.with_op_backends(&engine.op_backends()?);
+        let mut p = Predictor::with_kernel_model(model, gpu, dep, Arc::new(km)).with_host_overhead(host).with_attention_impl(engine.attention_impl);
+        if let Some(pad) = engine.cuda_graphs {
+            p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
+        }
+        Ok(p)
+    }
+
+    /// Pads steps as a CUDA-graph engine does (`max_q_tokens`: the step token budget;
+    /// `kv_cap_tokens`: the KV cache size) and charges a graph capture, at the host model's
+    /// `capture_us` plus one more execution of the step (the eager warm-up forward before the
+    /// recording), the first time a padded shape is run. Makes the predictor stateful.
+    pub fn with_cuda_graphs(mut self, padding: GraphPadding, max_q_tokens: u64, kv_cap_tokens: u64) -> Self {
+        self.graphs = Some(CudaGraphs::new(padding, max_q_tokens, kv_cap_tokens));
+        self
+    }
+
     fn attention(&self, seqs: &[SeqWork]) -> Vec<KernelInstance> {
         match self.attention_impl {
             AttentionImpl::PerSequence => attention_kernels(&self.model, &self.dep, seqs),
-            AttentionImpl::PackedSdpa => packed_sdpa_kernels(&self.model, &self.dep, seqs),
+            AttentionImpl::PackedSdpa => packed_sdpa_kernels(&self.model, &self.dep, seqs, self.graphs.as_ref()),
         }
+    }
+
+    /// The graph a step replays: its padded query tokens and, for packed attention, the padded
+    /// keys of each attention group.
+    fn graph_key(&self, graphs: &CudaGraphs, seqs: &[SeqWork]) -> Vec<u64> {
+        let (q, groups) = packed_lengths(&self.model, seqs, Some(graphs));
+        let mut key = vec![q];
+        if self.attention_impl == AttentionImpl::PackedSdpa {
+            key.extend(groups.iter().map(|g| g.2));
+        }
+        key
     }
 
     pub fn tier(&self) -> Tier {
@@ -99,6 +144,7 @@ impl Predictor {
     /// Every kernel of one step with its SOL and predicted time.
     pub fn kernel_table(&self, seqs: &[SeqWork]) -> Vec<TimedKernel> {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        let tokens = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
         let mut kernels = token_kernels(&self.model, &self.dep, tokens, seqs.len() as u64);
         kernels.extend(self.attention(seqs));
         kernels
@@ -129,15 +175,29 @@ impl Predictor {
     }
 }
 
-impl StepTimeModel for Predictor {
-    fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
+impl Predictor {
+    /// The step's cost and whether it captured a new CUDA graph (always false without graphs).
+    pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, bool) {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-        let mut cost = self.token_cost(tokens, seqs.len() as u64);
+        let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
+        let mut cost = self.token_cost(padded, seqs.len() as u64);
         self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
         let wall_us = self.host.step_us(gpu_us, self.model.num_layers, seqs.len(), tokens);
         cost.add_class("host", wall_us - gpu_us);
-        cost
+        let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
+        if captured {
+            // transformers runs the step once eagerly before recording it: the capture costs
+            // that forward's GPU time on top of the host's capture work.
+            cost.add_class("host", gpu_us + self.host.capture_us(self.model.num_layers));
+        }
+        (cost, captured)
+    }
+}
+
+impl StepTimeModel for Predictor {
+    fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
+        self.step_time_and_capture(seqs).0
     }
 
     fn describe(&self) -> String {
@@ -195,4 +255,31 @@ mod tests {
         let p1 = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
         assert!(p1.step_time(&[SeqWork { new_tokens: 256, cached_tokens: 0 }]).communication_us == 0.0);
     }
+
+    #[test]
+    fn cuda_graph_engine_pays_a_capture_once_per_padded_shape() {
+        let (m, g) = llama();
+        let host = HostOverhead { graph_capture_us: 50_000.0, ..HostOverhead::zero() };
+        let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline)
+            .unwrap()
+            .with_host_overhead(host)
+            .with_attention_impl(AttentionImpl::PackedSdpa)
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
+        let (first, captured) = p.step_time_and_capture(&step(8, 500));
+        assert!(captured);
+        // The capture runs the step eagerly once more and adds the host's capture time.
+        let gpu = first.total_us - first.host_us;
+        assert!((first.host_us - (gpu + 50_000.0)).abs() < 1e-6, "{first:?}");
+        // 8 x 1000 cached tokens pad to the same 64 queries and 16384 KV tokens: same graph,
+        // same padded work.
+        let (again, captured) = p.step_time_and_capture(&step(8, 1000));
+        assert!(!captured && again.host_us == 0.0);
+        assert!((again.total_us - gpu).abs() < 1e-6);
+        // So do 60 sequences (60 queries pad to 64).
+        assert!(!p.step_time_and_capture(&step(60, 200)).1);
+        // A longer KV read crosses the padding boundary: a new graph.
+        assert!(p.step_time_and_capture(&step(8, 3000)).1);
+    }
 }
+

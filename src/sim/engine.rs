@@ -34,6 +34,10 @@ pub struct EngineParams {
     /// How attention runs over a batch (step-time model detail of the engine).
     #[serde(default)]
     pub attention_impl: crate::kernels::graph::AttentionImpl,
+    /// CUDA graphs over padded shapes, captured on first use (transformers); absent = eager or
+    /// shapes not padded.
+    #[serde(default)]
+    pub cuda_graphs: Option<crate::perf::graphs::GraphPadding>,
     /// Kernel libraries the engine runs, per op family: `op = "category prefix"` or a list of
     /// them in preference order, as the calibrated models name their measurements' libraries
     /// (see `KernelModel::with_op_backends`). Ops not listed use each model's most measured one.
@@ -89,6 +93,9 @@ impl EngineParams {
                 bail!("'{name}' must be at least 1");
             }
         }
+        if let Some(g) = &self.cuda_graphs {
+            g.validate()?;
+        }
         self.op_backends()?;
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("'gpu_memory_utilization' must be in (0, 1], got {}", self.gpu_memory_utilization);
@@ -133,5 +140,30 @@ mod kernel_backend_tests {
             let b = EngineParams::load(engine).unwrap().op_backends().unwrap();
             assert_eq!(b[&Op::AllReduce][0], lib, "{engine}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_graph_profile_loads_with_padding_and_kernel_libraries() {
+        let e = EngineParams::load("hf-cudagraph").unwrap();
+        let pad = e.cuda_graphs.expect("hf-cudagraph pads its steps");
+        assert_eq!((pad.q_tokens, pad.kv_tokens), (64, 16384));
+        assert_eq!(e.op_backends().unwrap()[&crate::schema::Op::AttnPrefill], vec!["sdpa_cudnn_masked".to_string()]);
+        assert!(EngineParams::load("hf").unwrap().cuda_graphs.is_none());
+    }
+
+    #[test]
+    fn unknown_op_in_kernel_backends_is_named() {
+        let dir = std::env::temp_dir().join(format!("ks-engine-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        let text = EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == "engines/hf.toml").unwrap().1.replace("gemm = \"cublas\"", "gemmm = \"cublas\"");
+        std::fs::write(&path, text).unwrap();
+        let err = format!("{:#}", EngineParams::load(path.to_str().unwrap()).unwrap_err());
+        assert!(err.contains("bad.toml") && err.contains("kernel_backends") && err.contains("gemmm") && err.contains("allowed"), "{err}");
     }
 }

@@ -1,0 +1,87 @@
+//! CUDA graphs with padded shapes, as transformers' continuous batching runs them: every
+//! step's packed queries are padded up to a multiple of `q_tokens` and the KV it reads up to a
+//! multiple of `kv_tokens` (capped at the cache size), one graph is replayed per padded shape,
+//! and a shape seen for the first time is captured then (the capture's cost is host time, see
+//! `HostOverhead::graph_capture_us`).
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphPadding {
+    /// Query tokens of a step are padded up to a multiple of this.
+    pub q_tokens: u32,
+    /// KV tokens read by a step (summed over its requests) are padded up to a multiple of this.
+    pub kv_tokens: u32,
+}
+
+impl GraphPadding {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.q_tokens == 0 || self.kv_tokens == 0 {
+            anyhow::bail!("cuda_graphs: 'q_tokens' and 'kv_tokens' must be at least 1 (got {} and {})", self.q_tokens, self.kv_tokens);
+        }
+        Ok(())
+    }
+}
+
+/// Rounds `x` up to a multiple of `interval`, never above `cap` (but never below `x`).
+pub fn pad_to(x: u64, interval: u64, cap: u64) -> u64 {
+    let padded = x.div_ceil(interval.max(1)) * interval.max(1);
+    padded.min(cap).max(x)
+}
+
+/// Padding in force for one simulated engine, with the graphs captured so far.
+#[derive(Debug)]
+pub struct CudaGraphs {
+    pub padding: GraphPadding,
+    /// Largest step in query tokens (the engine's token budget): q padding stops there.
+    pub max_q_tokens: u64,
+    /// KV cache size in tokens (per layer group): KV padding stops there.
+    pub kv_cap_tokens: u64,
+    captured: Mutex<HashSet<Vec<u64>>>,
+}
+
+impl CudaGraphs {
+    pub fn new(padding: GraphPadding, max_q_tokens: u64, kv_cap_tokens: u64) -> CudaGraphs {
+        CudaGraphs { padding, max_q_tokens, kv_cap_tokens, captured: Mutex::new(HashSet::new()) }
+    }
+
+    pub fn pad_q(&self, q: u64) -> u64 {
+        pad_to(q, self.padding.q_tokens as u64, self.max_q_tokens)
+    }
+
+    pub fn pad_kv(&self, kv: u64) -> u64 {
+        pad_to(kv, self.padding.kv_tokens as u64, self.kv_cap_tokens)
+    }
+
+    /// Records the graph of padded shape `key`; true when it had not been captured before.
+    pub fn first_use(&self, key: Vec<u64>) -> bool {
+        self.captured.lock().expect("graph set poisoned").insert(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pads_up_to_the_interval_within_the_cap() {
+        assert_eq!(pad_to(8, 64, 8192), 64);
+        assert_eq!(pad_to(64, 64, 8192), 64);
+        assert_eq!(pad_to(65, 64, 8192), 128);
+        assert_eq!(pad_to(4100, 16384, 98304), 16384);
+        // The cap bounds the padding, not the real size.
+        assert_eq!(pad_to(97_000, 16384, 98304), 98304);
+        assert_eq!(pad_to(99_000, 16384, 98304), 99_000);
+    }
+
+    #[test]
+    fn a_shape_is_captured_once() {
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        assert!(g.first_use(vec![64, 16384]));
+        assert!(!g.first_use(vec![64, 16384]));
+        assert!(g.first_use(vec![128, 16384]));
+    }
+}
