@@ -57,10 +57,19 @@ OPS = {
     "add": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "embedding": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "sampling": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
-    "copy": (("bytes",), {"bf16"}, {"torch_copy", "torch_copy_eager"}),
+    "copy": (("bytes",), {"bf16"}, {"torch_copy", "torch_copy_eager", "torch_index_select", "torch_repeat_kv",
+                                    "torch_masked_scatter"}),
 }
 for _c in COLLECTIVES:
     OPS[_c] = (("bytes", "num_gpus"), {"bf16"}, {"nccl"})
+# transformers' paged|sdpa moves KV with three torch ops per layer; the collector times them on a
+# cache of 8 KV heads x 128 dims (the bytes field is the op's output): index_select of the read
+# tokens out of the cache, repeat_kv (expand + reshape: a strided copy to 4x the heads) and
+# masked_scatter_ of new tokens into the read KV (sliding layers). Value: bf16 values per token out.
+KV_HEADS, KV_HEAD_DIM, KV_REPEAT = 8, 128, 4
+PAGED_KV_CACHE_TOKENS = 98304
+PAGED_KV_COPIES = {"torch_index_select": KV_HEADS * KV_HEAD_DIM, "torch_repeat_kv": KV_HEADS * KV_REPEAT * KV_HEAD_DIM,
+                   "torch_masked_scatter": KV_HEADS * KV_HEAD_DIM}
 DEFAULT_VOCAB = 128256  # embedding rows when `n` is empty
 DEFAULT_SAMPLING_TOPK = 50
 GPU_MEMORY_BYTES = 141e9  # H200; rows needing more are refused before the run
@@ -180,6 +189,9 @@ def check_shape(r):
         raise PlanError(f"field 'routing' is for moe rows only (op '{op}')")
     if op == "moe_router" and r["topk"] > r["num_experts"]:
         raise PlanError(f"topk ({r['topk']}) exceeds num_experts ({r['num_experts']})")
+    if op == "copy" and r["backend"] in PAGED_KV_COPIES and r["bytes"] % (2 * PAGED_KV_COPIES[r["backend"]]):
+        raise PlanError(f"'{r['backend']}' copies whole tokens of {PAGED_KV_COPIES[r['backend']]} bf16 values: bytes must be "
+                        f"a multiple of {2 * PAGED_KV_COPIES[r['backend']]}")
     if op == "copy" and r["bytes"] % 2:
         raise PlanError(f"copy of {r['bytes']} bytes must be whole bf16 elements (even)")
     if op == "rope" and r["head_dim"] % 2:
@@ -216,7 +228,7 @@ def working_set_bytes(r):
         act = r["num_tokens"] * r["topk"] * (r["hidden"] * 2 + 3 * r["inter"] // tp) * 2
         return w + act
     if op == "copy":
-        return 2 * r["bytes"]
+        return 2 * r["bytes"] + (PAGED_KV_CACHE_TOKENS * KV_HEADS * KV_HEAD_DIM * 2 if r["backend"] in PAGED_KV_COPIES else 0)
     if op in COLLECTIVES:
         return 2 * r["bytes"]
     if op == "sampling":
@@ -757,8 +769,35 @@ class Gpu:
             return pi.gather(-1, choice)
         return [lambda x=x: sample(x) for x in sets], f"torch(softmax+topk{kk}+sample)"
 
+    def build_paged_kv_copy(self, r):
+        """The KV movements of transformers' paged|sdpa (see PAGED_KV_COPIES), with random data and
+        random cache positions."""
+        torch = self.torch
+        be = r["backend"]
+        n = r["bytes"] // (2 * PAGED_KV_COPIES[be])  # tokens
+        nb = self.n_buffers(working_set_bytes(r))
+        if be == "torch_index_select":
+            cache = self.randn(PAGED_KV_CACHE_TOKENS, KV_HEADS, KV_HEAD_DIM)
+            idx = [torch.randint(0, PAGED_KV_CACHE_TOKENS, (n,), device=self.dev) for _ in range(nb)]
+            return [lambda i=i: torch.index_select(cache, 0, i) for i in idx], be
+        if be == "torch_repeat_kv":
+            # [tokens, kv_heads, dim] -> [1, kv_heads, tokens, dim] view -> repeat to 4x heads.
+            srcs = [self.randn(n, KV_HEADS, KV_HEAD_DIM) for _ in range(nb)]
+
+            def repeat(x):
+                x = x.transpose(0, 1).unsqueeze(0)
+                return x[:, :, None].expand(1, KV_HEADS, KV_REPEAT, n, KV_HEAD_DIM).reshape(1, KV_HEADS * KV_REPEAT, n, KV_HEAD_DIM)
+            return [lambda x=x: repeat(x) for x in srcs], be
+        # masked_scatter_: 1 in 64 read slots are new tokens (a decode step's share).
+        mask = (torch.rand(n, device=self.dev) < 1 / 64).view(n, 1, 1)
+        new = int(mask.sum().item())
+        sets = [(self.randn(n, KV_HEADS, KV_HEAD_DIM), self.randn(max(new, 1), KV_HEADS, KV_HEAD_DIM)) for _ in range(nb)]
+        return [lambda d=d, s=s: d.masked_scatter_(mask, s) for d, s in sets], be
+
     def build_copy(self, r):
         torch = self.torch
+        if r["backend"] in PAGED_KV_COPIES:
+            return self.build_paged_kv_copy(r)
         nb = self.n_buffers(working_set_bytes(r))
         n = r["bytes"] // 2
         sets = [(self.randn(n), torch.empty(n, device=self.dev, dtype=torch.bfloat16)) for _ in range(nb)]

@@ -1,8 +1,8 @@
 //! `kernelsight kernel`: SOL and predicted time of one kernel, or of a CSV of kernels.
 use crate::hardware::load_gpu;
-use crate::perf::predictor::kernel_model_for;
+use crate::perf::efficiency::KernelModel;
 use crate::perf::sol::sol;
-use crate::perf::Tier;
+use crate::perf::{KernelTimeModel, Tier};
 use crate::schema::{read_rows, write_rows, Dtype, Kernel, Op};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -18,6 +18,10 @@ pub struct KernelArgs {
     /// Kernel-time model.
     #[arg(long, value_enum, default_value = "target")]
     pub tier: Tier,
+    /// Kernel library, as a prefix of the calibrated backends (e.g. `sdpa_cudnn_masked`,
+    /// `trtllm`); default: each op's most measured one. An --input row's `backend` column wins.
+    #[arg(long)]
+    pub backend: Option<String>,
     /// CSV in the shared kernel-shape schema; writes input columns + sol_us, predicted_us.
     #[arg(long, conflicts_with = "op")]
     pub input: Option<PathBuf>,
@@ -105,13 +109,17 @@ impl KernelArgs {
 
 pub fn run(args: KernelArgs) -> Result<()> {
     let gpu = load_gpu(&args.gpu)?;
-    let (model, note) = kernel_model_for(&gpu, args.tier)?;
-    if let Some(note) = &note {
+    let model = KernelModel::load(&gpu, args.tier)?;
+    for note in model.warnings() {
         eprintln!("note: {note}");
     }
     if let Some(input) = &args.input {
         let rows = read_rows(input)?;
-        let preds: Vec<(f64, f64)> = rows.iter().map(|r| (sol(&r.kernel, &gpu).sol_us, model.predict_us(&r.kernel))).collect();
+        // A row's own backend column (if any) picks the kernel library, else --backend.
+        let preds: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (sol(&r.kernel, &gpu).sol_us, model.predict_us_with(&r.kernel, r.backend.as_deref().or(args.backend.as_deref()))))
+            .collect();
         let fmt = |i: usize| vec![format!("{:.4}", preds[i].0), format!("{:.4}", preds[i].1)];
         match &args.output {
             Some(p) => {
@@ -127,11 +135,11 @@ pub fn run(args: KernelArgs) -> Result<()> {
     let k = args.kernel(op);
     k.validate()?;
     let s = sol(&k, &gpu);
-    let predicted_us = model.predict_us(&k);
+    let predicted_us = model.predict_us_with(&k, args.backend.as_deref());
     if args.json {
         let out = json!({
             "gpu": gpu.id, "op": k.op, "dtype": k.dtype, "shape": k.shape_string(), "flops": s.flops, "bytes": s.bytes,
-            "sol_us": s.sol_us, "bound": s.bound, "predicted_us": predicted_us, "tier": model.tier().as_str(),
+            "sol_us": s.sol_us, "bound": s.bound, "predicted_us": predicted_us, "tier": model.tier_used().as_str(),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -141,7 +149,7 @@ pub fn run(args: KernelArgs) -> Result<()> {
         println!("  compute      {:.3} us at {:.0} TFLOP/s", s.compute_us, gpu.peak_flops(k.dtype) / 1e12);
         println!("  traffic      {:.3} us", s.memory_us);
         println!("  SOL          {:.3} us ({}-bound)", s.sol_us, s.bound.as_str());
-        println!("  predicted    {:.3} us [{}]", predicted_us, model.describe());
+        println!("  predicted    {:.3} us [{}]", predicted_us, KernelTimeModel::describe(&model));
     }
     Ok(())
 }

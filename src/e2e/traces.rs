@@ -12,7 +12,7 @@ use crate::perf::host::HostOverhead;
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
-use crate::sim::record::NoObserver;
+use crate::sim::record::{RequestRecord, SimObserver};
 use crate::sim::router::RouterKind;
 use crate::sim::summary::Summary;
 use crate::sim::SimConfig;
@@ -364,7 +364,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
 
 /// Fits the CUDA-graph `hf` host model on the calibration families' CUDA-graph runs, stepping
 /// through each run's logged steps in order: a step whose padded shape was already captured
-/// costs `GPU + per_step + per_seq x sequences` (fitted on those steps' residual over the
+/// costs `GPU + per_layer x layers + per_step + per_seq x sequences` (fitted on those steps' residual over the
 /// predicted GPU time), a step that captures a new graph adds its eager warm-up forward (the
 /// GPU time again) and `capture + capture_per_layer x layers` (fitted on what is left). Non-negative least squares throughout.
 pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
@@ -380,7 +380,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
                 if captured {
                     captures.push((m.config.num_layers, s.num_requests as usize, residual));
                 } else {
-                    replays.push(([0.0, 1.0, s.num_requests as f64], residual));
+                    replays.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64], residual));
                 }
             }
         }
@@ -390,9 +390,10 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
     }
     let c = nonneg_least_squares(&replays);
     let rows: Vec<([f64; 3], f64)> =
-        captures.iter().map(|&(l, n, r)| ([l as f64, 1.0, 0.0], r - c[1] - c[2] * n as f64)).collect();
+        captures.iter().map(|&(l, n, r)| ([l as f64, 1.0, 0.0], r - c[0] * l as f64 - c[1] - c[2] * n as f64)).collect();
     let k = nonneg_least_squares(&rows);
     Ok(HostOverhead {
+        per_layer_us: c[0],
         per_step_us: c[1],
         per_seq_us: c[2],
         graph_capture_us: k[1],
@@ -460,6 +461,17 @@ fn solve(mut a: Vec<Vec<f64>>) -> Vec<f64> {
     (0..n).map(|i| if a[i][i].abs() < 1e-12 { 0.0 } else { a[i][n] / a[i][i] }).collect()
 }
 
+/// Collects the simulated requests of a replay.
+#[derive(Default)]
+struct Finished(Vec<RequestRecord>);
+
+impl SimObserver for Finished {
+    fn on_request(&mut self, r: &RequestRecord) -> Result<()> {
+        self.0.push(r.clone());
+        Ok(())
+    }
+}
+
 struct VecSource(std::vec::IntoIter<RequestSpec>);
 
 impl RequestSource for VecSource {
@@ -483,16 +495,24 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
         slo_tpot_ms: None,
     };
     let mut source = VecSource(run.sent.clone().into_iter());
-    let outcome = crate::sim::run(&cfg, &p, &mut source, None, &mut NoObserver)?;
+    let mut finished = Finished::default();
+    let outcome = crate::sim::run(&cfg, &p, &mut source, None, &mut finished)?;
     let s = Summary::new(&outcome, &cfg, p.describe());
+    // TTFT, TPOT and throughput from the simulated requests with the same quantile and
+    // definitions as the measured side (`measured_metrics`); ITL from the simulator's histogram.
+    let done: Vec<&RequestRecord> = finished.0.iter().filter(|r| r.rejected.is_none()).collect();
+    let ttft: Vec<f64> = done.iter().map(|r| r.ttft_ms).collect();
+    let tpot: Vec<f64> = done.iter().filter_map(|r| r.tpot_ms).collect();
+    let end_s = done.iter().map(|r| r.finish_s).fold(0.0, f64::max);
+    let tokens: u64 = done.iter().map(|r| r.output_tokens as u64).sum();
     let metrics = BTreeMap::from([
-        ("ttft_p50", s.ttft_ms.p50),
-        ("ttft_p90", s.ttft_ms.p90),
-        ("tpot_p50", s.tpot_ms.p50),
-        ("tpot_p90", s.tpot_ms.p90),
+        ("ttft_p50", quantile(&ttft, 0.5)),
+        ("ttft_p90", quantile(&ttft, 0.9)),
+        ("tpot_p50", quantile(&tpot, 0.5)),
+        ("tpot_p90", quantile(&tpot, 0.9)),
         ("itl_p50", s.itl_ms.p50),
         ("itl_p90", s.itl_ms.p90),
-        ("throughput", s.throughput_tok_s),
+        ("throughput", tokens as f64 / end_s),
     ]);
     Ok((metrics, p.describe()))
 }
@@ -594,8 +614,8 @@ impl TracesReport {
         let mut s = String::from("H200 traces (transformers continuous batching, engine profile `hf`): APE % over runs\n");
         for (tier, host) in &self.host_fits {
             s += &format!(
-                "  host model [{tier}]: {:.0} us/step + {:.0} us/seq, eager launches {:.0} us/layer, graph capture {:.0} us + {:.0} us/layer ({})\n",
-                host.per_step_us, host.per_seq_us, host.launch_per_layer_us, host.graph_capture_us, host.graph_capture_per_layer_us, host.source
+                "  host model [{tier}]: {:.0} us/step + {:.0} us/layer + {:.0} us/seq, eager launches {:.0} us/layer, graph capture {:.0} us + {:.0} us/layer ({})\n",
+                host.per_step_us, host.per_layer_us, host.per_seq_us, host.launch_per_layer_us, host.graph_capture_us, host.graph_capture_per_layer_us, host.source
             );
         }
         for (tier, describe) in &self.kernel_models {

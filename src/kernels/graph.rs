@@ -21,6 +21,10 @@ pub struct KernelInstance {
     pub kernel: Kernel,
     /// How many times it runs in the step (e.g. once per identical layer).
     pub count: u64,
+    /// The kernel library that implements it where the graph knows (a backend prefix of the
+    /// calibrated models, e.g. `torch_repeat_kv`); None: the engine's choice for the op.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub library: Option<&'static str>,
 }
 
 fn div_ceil(a: u64, b: u64) -> u64 {
@@ -43,7 +47,7 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
     let h = model.hidden;
     let push = |out: &mut Vec<KernelInstance>, name: String, kernel: Kernel, count: u64| {
         if count > 0 {
-            out.push(KernelInstance { name, kernel, count });
+            out.push(KernelInstance { name, kernel, count, library: None });
         }
     };
     let ew = |op: Op, hidden: u64| Kernel { num_tokens: t, hidden, ..Kernel::new(op, a) };
@@ -176,7 +180,7 @@ pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]
                 head_dim: l.k_head_dim,
                 ..Kernel::new(Op::LinearAttn, a)
             };
-            out.push(KernelInstance { name: format!("{tag}.gated_delta_rule"), kernel: k, count });
+            out.push(KernelInstance { name: format!("{tag}.gated_delta_rule"), kernel: k, count, library: None });
             continue;
         }
         let (prefill_op, decode_op, heads, kv_heads, head_dim) = match &model.mla {
@@ -195,7 +199,7 @@ pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]
                 kv_dtype: Some(kv_dtype),
                 ..Kernel::new(prefill_op, a)
             };
-            out.push(KernelInstance { name: format!("{tag}.attn_prefill"), kernel: k, count });
+            out.push(KernelInstance { name: format!("{tag}.attn_prefill"), kernel: k, count, library: None });
         }
         if !decodes.is_empty() {
             // Decode cost is linear in each sequence's (window-capped) KV length: one kernel
@@ -211,7 +215,7 @@ pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]
                 kv_dtype: Some(kv_dtype),
                 ..Kernel::new(decode_op, a)
             };
-            out.push(KernelInstance { name: format!("{tag}.attn_decode"), kernel: k, count });
+            out.push(KernelInstance { name: format!("{tag}.attn_decode"), kernel: k, count, library: None });
         }
     }
     out
@@ -306,22 +310,20 @@ pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWor
             None => (model.head_dim, hkv),
         };
         let tag = format!("layer[{}]", attn_tag(attn));
-        let bytes = |heads: u64| 2 * keys * heads * d * a.bytes() as u64;
-        out.push(KernelInstance { name: format!("{tag}.kv_gather"), kernel: Kernel { bytes: bytes(kv_heads), ..Kernel::new(Op::Copy, a) }, count });
-        if kv_heads != hq {
-            out.push(KernelInstance { name: format!("{tag}.kv_repeat"), kernel: Kernel { bytes: bytes(hq), ..Kernel::new(Op::Copy, a) }, count });
-        }
+        // K and V each: gathered from the cache, repeated to the query heads (a strided copy
+        // even without GQA, `.contiguous()` of the transposed view), and on sliding layers
+        // new tokens masked-scattered into the read KV. `bytes` is each op's output.
+        let tensor = |heads: u64| Kernel { bytes: keys * heads * d * a.bytes() as u64, ..Kernel::new(Op::Copy, a) };
+        let mut copy = |name: &str, kernel: Kernel, library: &'static str| {
+            out.push(KernelInstance { name: format!("{tag}.{name}"), kernel, count: 2 * count, library: Some(library) });
+        };
+        copy("kv_gather", tensor(kv_heads), "torch_index_select");
         if matches!(attn, AttnKind::Sliding { .. }) {
-            // Sliding layers read old KV and then `masked_scatter_` the new tokens into it, for K
-            // and V: an int64 prefix sum over the mask expanded to every element, then the
-            // scatter (mask 1 + prefix 8 + source 2 + destination 2 bytes, read or written,
-            // per element), charged as a copy of half that traffic.
-            let elements = keys * kv_heads * d;
-            let scatter = Kernel { bytes: elements * 13 / 2, ..Kernel::new(Op::Copy, a) };
-            out.push(KernelInstance { name: format!("{tag}.kv_masked_scatter"), kernel: scatter, count: 2 * count });
+            copy("kv_masked_scatter", tensor(kv_heads), "torch_masked_scatter");
         }
+        copy("kv_repeat", tensor(hq), "torch_repeat_kv");
         let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: hq, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
-        out.push(KernelInstance { name: format!("{tag}.packed_masked_sdpa"), kernel: k, count });
+        out.push(KernelInstance { name: format!("{tag}.packed_masked_sdpa"), kernel: k, count, library: None });
     }
     out
 }
@@ -350,7 +352,9 @@ mod tests {
         let attn = ks.iter().find(|k| k.kernel.op == Op::AttnPrefill).unwrap();
         // KV heads are repeated up to the 32 query heads before one batch-1 SDPA.
         assert_eq!((attn.kernel.batch, attn.kernel.seq_len, attn.kernel.kv_len, attn.kernel.num_kv_heads), (1, 64, 16384, 32));
-        assert!(ks.iter().any(|k| k.name.ends_with("kv_repeat")));
+        let repeat = ks.iter().find(|k| k.name.ends_with("kv_repeat")).unwrap();
+        // K and V, 32 layers; each copy writes keys x 32 heads x 128 dims in bf16.
+        assert_eq!((repeat.count, repeat.kernel.bytes, repeat.library), (64, (16384 + 64) * 32 * 128 * 2, Some("torch_repeat_kv")));
     }
 
     #[test]

@@ -128,7 +128,13 @@ impl KernelModel {
     }
 
     pub fn predict_us(&self, k: &Kernel) -> f64 {
-        let t = self.predict_raw_us(k);
+        self.predict_us_with(k, None)
+    }
+
+    /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
+    /// own backend) over the engine's ones.
+    pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
+        let t = self.predict_raw_us(k, pref);
         // A GEMM over fewer rows does a subset of the work of one over more (same n, k; the
         // library can run the larger problem's tiling, as CUDA-graph engines do by padding), so
         // its time never exceeds that of the next power-of-two row count. Measurement grids
@@ -136,16 +142,24 @@ impl KernelModel {
         // is unconstrained.
         if k.op == Op::Gemm && k.m > 1 && !k.m.is_power_of_two() {
             let up = Kernel { m: k.m.next_power_of_two(), ..k.clone() };
-            return t.min(self.predict_raw_us(&up)).max(sol(k, &self.gpu).sol_us);
+            return t.min(self.predict_raw_us(&up, pref)).max(sol(k, &self.gpu).sol_us);
         }
         t
     }
 
-    fn predict_raw_us(&self, k: &Kernel) -> f64 {
+    fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>) -> f64 {
         let Some(m) = self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) else {
             return self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us);
         };
-        match self.libraries.get(&k.op).map(|prefs| pick_category(&m.backends, prefs, k.dtype)) {
+        let one;
+        let prefs = match pref {
+            Some(p) => {
+                one = [p.to_string()];
+                Some(&one[..])
+            }
+            None => self.libraries.get(&k.op).map(Vec::as_slice),
+        };
+        match prefs.map(|prefs| pick_category(&m.backends, prefs, k.dtype)) {
             Some(Some((category, true))) => m.predict_us(k, &self.gpu, Some(category)),
             Some(Some((category, false))) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
@@ -213,6 +227,10 @@ fn pick_category<'a>(known: &'a [String], prefs: &[String], dtype: Dtype) -> Opt
 impl KernelTimeModel for KernelModel {
     fn predict_us(&self, k: &Kernel) -> f64 {
         KernelModel::predict_us(self, k)
+    }
+
+    fn predict_us_in(&self, k: &Kernel, library: &str) -> f64 {
+        self.predict_us_with(k, Some(library))
     }
 
     fn tier(&self) -> Tier {

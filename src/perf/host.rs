@@ -18,6 +18,11 @@ pub struct HostOverhead {
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
     #[serde(default)]
     pub launch_per_layer_us: f64,
+    /// Per layer and step, work the kernel graph does not list and no GPU overlap hides: the
+    /// unfused eager elementwise kernels (norm pieces, rotary halves, casts, routing) a CUDA
+    /// graph of an eager model replays at their launch floor.
+    #[serde(default)]
+    pub per_layer_us: f64,
     /// CUDA-graph engines that capture lazily: host time of capturing a graph for a padded
     /// shape seen for the first time, `graph_capture_us + graph_capture_per_layer_us x layers`
     /// (the capture runs the forward eagerly, so it grows with depth).
@@ -39,6 +44,7 @@ impl Default for HostOverhead {
             per_seq_us: 2.0,
             per_token_us: 0.05,
             launch_per_layer_us: 0.0,
+            per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_layer_us: 0.0,
             source: "default placeholder (not fitted)".into(),
@@ -54,6 +60,7 @@ impl HostOverhead {
             per_seq_us: 0.0,
             per_token_us: 0.0,
             launch_per_layer_us: 0.0,
+            per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_layer_us: 0.0,
             source: "none".into(),
@@ -63,7 +70,11 @@ impl HostOverhead {
     /// Step wall time from the GPU time of its kernels.
     pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_seqs: usize, num_tokens: u64) -> f64 {
         let launch = self.launch_per_layer_us * num_layers as f64;
-        gpu_us.max(launch) + self.per_step_us + self.per_seq_us * num_seqs as f64 + self.per_token_us * num_tokens as f64
+        gpu_us.max(launch)
+            + self.per_step_us
+            + self.per_layer_us * num_layers as f64
+            + self.per_seq_us * num_seqs as f64
+            + self.per_token_us * num_tokens as f64
     }
 
     /// Host time of capturing one CUDA graph of a model with `num_layers` layers.
@@ -77,6 +88,7 @@ impl HostOverhead {
             ("per_seq_us", self.per_seq_us),
             ("per_token_us", self.per_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
+            ("per_layer_us", self.per_layer_us),
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_layer_us", self.graph_capture_per_layer_us),
         ] {

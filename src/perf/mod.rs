@@ -92,6 +92,10 @@ impl Tier {
 /// Time of one kernel on one GPU. Implementations never return less than the kernel's SOL.
 pub trait KernelTimeModel: Send + Sync {
     fn predict_us(&self, k: &crate::schema::Kernel) -> f64;
+    /// As `predict_us`, run by the kernel library `library` where the model knows it.
+    fn predict_us_in(&self, k: &crate::schema::Kernel, _library: &str) -> f64 {
+        self.predict_us(k)
+    }
     fn tier(&self) -> Tier;
     fn describe(&self) -> String;
 }

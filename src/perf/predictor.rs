@@ -151,15 +151,23 @@ impl Predictor {
             .into_iter()
             .map(|instance| {
                 let sol = super::sol::sol(&instance.kernel, &self.gpu);
-                let predicted_us = self.kernel_model.predict_us(&instance.kernel);
+                let predicted_us = self.instance_us(&instance);
                 TimedKernel { instance, sol, predicted_us }
             })
             .collect()
     }
 
+    /// One launch of `ki`, by its own kernel library where the graph names one.
+    fn instance_us(&self, ki: &KernelInstance) -> f64 {
+        match ki.library {
+            Some(lib) => self.kernel_model.predict_us_in(&ki.kernel, lib),
+            None => self.kernel_model.predict_us(&ki.kernel),
+        }
+    }
+
     fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) {
         for ki in kernels {
-            let us = self.kernel_model.predict_us(&ki.kernel) * ki.count as f64;
+            let us = self.instance_us(ki) * ki.count as f64;
             cost.add_class(ki.kernel.op.class(), us);
         }
     }
