@@ -9,7 +9,7 @@ use super::{KernelTimeModel, Tier};
 use crate::calibrate::model::ModelSet;
 use crate::calibrate::store::{self, RooflineFile, Store};
 use crate::hardware::GpuSpec;
-use crate::schema::{Kernel, Op};
+use crate::schema::{Dtype, Kernel, Op};
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -21,9 +21,8 @@ pub struct KernelModel {
     /// Per op: the model set (tier) that serves it.
     ops: BTreeMap<Op, (Tier, std::sync::Arc<ModelSet>)>,
     roofline: RooflineModel,
-    backend: Option<String>,
-    /// Per op family, a kernel-library prefix that overrides `backend` (an engine's own kernels).
-    op_backends: BTreeMap<Op, String>,
+    /// Per op, the kernel-library categories an engine runs (see `with_op_backends`).
+    libraries: BTreeMap<Op, Vec<String>>,
 }
 
 impl KernelModel {
@@ -44,7 +43,7 @@ impl KernelModel {
             }
         };
         let roofline = RooflineModel { gpu: gpu.clone(), params };
-        let mut model = KernelModel { gpu: gpu.clone(), requested: tier, used: tier, warnings, ops: BTreeMap::new(), roofline, backend: None, op_backends: BTreeMap::new() };
+        let mut model = KernelModel { gpu: gpu.clone(), requested: tier, used: tier, warnings, ops: BTreeMap::new(), roofline, libraries: BTreeMap::new() };
         if tier == Tier::Roofline {
             return Ok(model);
         }
@@ -93,17 +92,15 @@ impl KernelModel {
         Ok(model)
     }
 
-    /// Prefer this kernel-library category (`vllm`, `trtllm`, ...) where a model knows one that
-    /// starts with it; otherwise each op's most measured backend is assumed.
-    pub fn with_backend(mut self, backend: &str) -> Self {
-        self.backend = Some(backend.to_string());
-        self
-    }
-
-    /// Per op family, prefer the backend starting with the given prefix (e.g. transformers'
-    /// packed attention `sdpa_cudnn_masked` for attn_prefill); other ops keep `with_backend`.
-    pub fn with_op_backends(mut self, backends: &BTreeMap<Op, String>) -> Self {
-        self.op_backends = backends.clone();
+    /// Times each op as the kernel library an engine runs: `backends[op]` lists category
+    /// prefixes of the measurements (`vllm/custom_ar_graph`, `nccl`, ...) in preference order.
+    /// Of the categories a fitted model knows that match, one measured in the kernel's own
+    /// precision is used (a category naming fp8 or fp4 holds kernels of that precision, any
+    /// other 16-bit ones); if only a 16-bit one matches a quantized kernel, its efficiency is
+    /// applied to the quantized kernel's SOL (see `predict_us`). Ops not listed, or with no
+    /// matching category, use the model's most measured category.
+    pub fn with_op_backends(mut self, backends: &BTreeMap<Op, Vec<String>>) -> Self {
+        self.libraries = backends.clone();
         self
     }
 
@@ -131,23 +128,100 @@ impl KernelModel {
     }
 
     pub fn predict_us(&self, k: &Kernel) -> f64 {
-        let pref = self.op_backends.get(&k.op).or(self.backend.as_ref());
-        self.predict_us_with(k, pref.map(String::as_str))
+        self.predict_us_with(k, None)
     }
 
-    /// As `predict_us`, preferring the backend that starts with `pref` (e.g. a measured row's
-    /// own backend) over the configured ones.
+    /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
+    /// own backend) over the engine's ones.
     pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
-        match self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) {
-            Some(m) => {
-                let backend = pref.and_then(|pref| {
-                    m.backends.iter().filter(|b| b.starts_with(pref)).find(|b| !b.contains("power_law")).map(String::as_str)
-                });
-                m.predict_us(k, &self.gpu, backend)
+        let t = self.predict_raw_us(k, pref);
+        // A GEMM over fewer rows does a subset of the work of one over more (same n, k; the
+        // library can run the larger problem's tiling, as CUDA-graph engines do by padding), so
+        // its time never exceeds that of the next power-of-two row count. Measurement grids
+        // skip most m between powers of two (aiconfigurator: 17 then 32), where a fitted model
+        // is unconstrained.
+        if k.op == Op::Gemm && k.m > 1 && !k.m.is_power_of_two() {
+            let up = Kernel { m: k.m.next_power_of_two(), ..k.clone() };
+            return t.min(self.predict_raw_us(&up, pref)).max(sol(k, &self.gpu).sol_us);
+        }
+        t
+    }
+
+    fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>) -> f64 {
+        let Some(m) = self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) else {
+            return self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us);
+        };
+        let one;
+        let prefs = match pref {
+            Some(p) => {
+                one = [p.to_string()];
+                Some(&one[..])
             }
-            None => self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us),
+            None => self.libraries.get(&k.op).map(Vec::as_slice),
+        };
+        match prefs.map(|prefs| pick_category(&m.backends, prefs, k.dtype)) {
+            Some(Some((category, true))) => m.predict_us(k, &self.gpu, Some(category)),
+            Some(Some((category, false))) => {
+                // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
+                let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
+                let t16 = m.predict_us(&k16, &self.gpu, Some(category));
+                let ratio = sol(k, &self.gpu).sol_us / sol(&k16, &self.gpu).sol_us;
+                (t16 * ratio).max(sol(k, &self.gpu).sol_us)
+            }
+            _ => m.predict_us(k, &self.gpu, None),
         }
     }
+}
+
+/// The precision a kernel-library category was measured in, from its name.
+fn category_precision(category: &str) -> Precision {
+    let c = category.to_ascii_lowercase();
+    if c.contains("fp4") {
+        Precision::Fp4
+    } else if c.contains("fp8") {
+        Precision::Fp8
+    } else {
+        Precision::Wide
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    Fp4,
+    Fp8,
+    /// 16 or 32 bits.
+    Wide,
+    /// Integer formats: no category names them, so they borrow a 16-bit one.
+    Int,
+}
+
+fn precision_of(d: Dtype) -> Precision {
+    match d {
+        Dtype::Fp4 => Precision::Fp4,
+        Dtype::Fp8 => Precision::Fp8,
+        Dtype::Int8 | Dtype::Int4 => Precision::Int,
+        _ => Precision::Wide,
+    }
+}
+
+/// The category of `known` for a kernel of `dtype` under preference list `prefs`, and whether
+/// it was measured in that precision (false: a 16-bit category standing in for a quantized
+/// kernel). Balanced-routing categories only (`power_law` variants skew expert load).
+fn pick_category<'a>(known: &'a [String], prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
+    let want = precision_of(dtype);
+    let matching: Vec<&'a String> = prefs
+        .iter()
+        .flat_map(|p| known.iter().filter(move |c| c.starts_with(p.as_str()) && !c.contains("power_law")))
+        .collect();
+    if let Some(c) = matching.iter().find(|c| category_precision(c) == want) {
+        return Some((c.as_str(), true));
+    }
+    if want != Precision::Wide {
+        if let Some(c) = matching.iter().find(|c| category_precision(c) == Precision::Wide) {
+            return Some((c.as_str(), false));
+        }
+    }
+    None
 }
 
 impl KernelTimeModel for KernelModel {
@@ -175,5 +249,67 @@ impl KernelTimeModel for KernelModel {
             self.gpu.id,
             if parts.is_empty() { "no fitted ops".to_string() } else { parts.join("; ") }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cats(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn category_follows_preference_and_precision() {
+        let known = cats(&[
+            "vllm/power_law_1.01/vllm_unquantizedfusedmoe_triton_tritonexperts",
+            "vllm/vllm_unquantizedfusedmoe_triton_tritonexperts",
+            "vllm/vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
+        ]);
+        let triton = cats(&["vllm/vllm_unquantizedfusedmoe_triton"]);
+        // bf16: the balanced-routing triton category, measured in that precision.
+        assert_eq!(pick_category(&known, &triton, Dtype::Bf16), Some(("vllm/vllm_unquantizedfusedmoe_triton_tritonexperts", true)));
+        // fp8 with only the 16-bit triton kernel preferred: it stands in (efficiency transfer),
+        // the flashinfer fp8 kernel (another library) is not used.
+        assert_eq!(pick_category(&known, &triton, Dtype::Fp8), Some(("vllm/vllm_unquantizedfusedmoe_triton_tritonexperts", false)));
+        let any_vllm = cats(&["vllm"]);
+        assert_eq!(pick_category(&known, &any_vllm, Dtype::Fp8), Some(("vllm/vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts", true)));
+        // Nothing matches: the caller falls back to the model's default category.
+        assert_eq!(pick_category(&known, &cats(&["trtllm"]), Dtype::Bf16), None);
+    }
+
+    /// vLLM replays its custom all-reduce in CUDA graphs: on H100 x4 a 256 KiB all-reduce
+    /// measured 7.1 us (aiconfigurator vllm-0.24.0 custom_ar_graph) and 11.8 us with NCCL; the
+    /// engine's libraries must give the custom kernel's time, not a plain collective's.
+    #[test]
+    fn engine_libraries_time_all_reduce_as_the_engine_runs_it() {
+        let gpu = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let km = KernelModel::load(&gpu, Tier::Target).unwrap();
+        if km.tier_for(Op::AllReduce) != Tier::Target {
+            return; // no fitted all-reduce model shipped: nothing to select from
+        }
+        let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
+        let km = km.with_op_backends(&engine.op_backends().unwrap());
+        let k = Kernel { bytes: 262_144, num_gpus: 4, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
+        let t = km.predict_us(&k);
+        assert!(t > 7.1 / 1.5 && t < 7.1 * 1.5, "{t} us");
+    }
+
+    /// Fewer rows never take longer than the next power of two of rows (the grid gap 18-31
+    /// of the public GEMM data once gave 2.5-3.5x the time of m = 16 or 32 for fp8).
+    #[test]
+    fn gemm_time_never_exceeds_the_next_power_of_two_rows() {
+        let gpu = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
+        let km = KernelModel::load(&gpu, Tier::Target).unwrap().with_op_backends(&engine.op_backends().unwrap());
+        for dtype in [Dtype::Bf16, Dtype::Fp8] {
+            for m in 2..=300u64 {
+                let k = Kernel::gemm(dtype, m, 10240, 5120);
+                let up = Kernel::gemm(dtype, m.next_power_of_two(), 10240, 5120);
+                let (t, t_up) = (km.predict_us(&k), km.predict_us(&up));
+                assert!(t <= t_up + 1e-9 && t >= sol(&k, &gpu).sol_us, "{dtype:?} m={m}: {t} us vs {t_up} us at m={}", up.m);
+            }
+        }
     }
 }

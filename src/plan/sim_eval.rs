@@ -13,7 +13,7 @@ use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
 use crate::perf::host::HostOverhead;
-use crate::perf::predictor::{kernel_model_for, Predictor};
+use crate::perf::predictor::{kernel_model_for_engine, Predictor};
 use crate::perf::{SeqWork, StepCost, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
 use crate::sim::metrics::Histogram;
@@ -159,7 +159,7 @@ impl SimEvaluator {
         if blocks == 0 {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
         }
-        let (km, _) = kernel_model_for(gpu, self.tier)?;
+        let (km, _) = kernel_model_for_engine(gpu, self.tier, &engine)?;
         Ok((engine, blocks, Predictor::with_kernel_model(&self.model, gpu, &dep, km).with_host_overhead(self.host.clone())))
     }
 

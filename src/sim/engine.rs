@@ -3,6 +3,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
 
@@ -37,18 +38,42 @@ pub struct EngineParams {
     /// shapes not padded.
     #[serde(default)]
     pub cuda_graphs: Option<crate::perf::graphs::GraphPadding>,
-    /// Kernel library per op family (`op = "backend prefix"` as the calibrated models name
-    /// them), for engines whose kernels differ from the most measured ones.
+    /// Kernel libraries the engine runs, per op family: `op = "category prefix"` or a list of
+    /// them in preference order, as the calibrated models name their measurements' libraries
+    /// (see `KernelModel::with_op_backends`). Ops not listed use each model's most measured one.
     #[serde(default)]
-    pub kernel_backends: std::collections::BTreeMap<String, String>,
+    pub kernel_backends: BTreeMap<String, Backends>,
     /// Eager engines that run an op as several small torch kernels (`op = kernels`, e.g.
     /// transformers' RMSNorm: cast, pow, mean, add, rsqrt, mul, cast, mul = 8): each piece is
     /// timed as one elementwise pass over the op's tensor.
     #[serde(default)]
-    pub unfused_elementwise: std::collections::BTreeMap<String, u32>,
+    pub unfused_elementwise: BTreeMap<String, u32>,
+}
+
+/// One kernel-library prefix or several in preference order.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Backends {
+    One(String),
+    Many(Vec<String>),
 }
 
 impl EngineParams {
+    /// `kernel_backends` keyed by op, rejecting unknown op names.
+    pub fn op_backends(&self) -> Result<BTreeMap<crate::schema::Op, Vec<String>>> {
+        self.kernel_backends
+            .iter()
+            .map(|(op, b)| {
+                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'kernel_backends': {e}"))?;
+                let list = match b {
+                    Backends::One(p) => vec![p.clone()],
+                    Backends::Many(v) => v.clone(),
+                };
+                Ok((op, list))
+            })
+            .collect()
+    }
+
     /// By embedded name (`vllm`, `sglang`, `static`) or path to a TOML file.
     pub fn load(name_or_path: &str) -> Result<EngineParams> {
         let (text, origin) = if name_or_path.ends_with(".toml") {
@@ -87,7 +112,7 @@ impl EngineParams {
 
 impl EngineParams {
     /// `unfused_elementwise` keyed by op, rejecting unknown op names and zero counts.
-    pub fn unfused_ops(&self) -> Result<std::collections::BTreeMap<crate::schema::Op, u32>> {
+    pub fn unfused_ops(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
         self.unfused_elementwise
             .iter()
             .map(|(op, &n)| {
@@ -96,17 +121,6 @@ impl EngineParams {
                     bail!("field 'unfused_elementwise': '{op}' must run as at least 1 kernel, got 0");
                 }
                 Ok((op, n))
-            })
-            .collect()
-    }
-
-    /// `kernel_backends` keyed by op, rejecting unknown op names.
-    pub fn op_backends(&self) -> Result<std::collections::BTreeMap<crate::schema::Op, String>> {
-        self.kernel_backends
-            .iter()
-            .map(|(op, b)| {
-                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'kernel_backends': {e}"))?;
-                Ok((op, b.clone()))
             })
             .collect()
     }
@@ -120,6 +134,38 @@ pub fn builtin_engines() -> Vec<String> {
 }
 
 #[cfg(test)]
+mod kernel_backend_tests {
+    use super::*;
+    use crate::schema::Op;
+
+    fn with_backends(table: &str) -> Result<EngineParams> {
+        let mut text = EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == "engines/static.toml").unwrap().1.to_string();
+        text.push_str(table);
+        let p: EngineParams = toml::from_str(&text)?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    #[test]
+    fn kernel_backends_take_one_prefix_or_a_list_and_reject_unknown_ops() {
+        let p = with_backends("\n[kernel_backends]\ngemm = \"cublas\"\nall_reduce = [\"vllm/custom_ar_graph\", \"nccl\"]\n").unwrap();
+        let b = p.op_backends().unwrap();
+        assert_eq!(b[&Op::Gemm], vec!["cublas".to_string()]);
+        assert_eq!(b[&Op::AllReduce], vec!["vllm/custom_ar_graph".to_string(), "nccl".to_string()]);
+        let e = with_backends("\n[kernel_backends]\ngemmm = \"cublas\"\n").unwrap_err();
+        assert!(format!("{e:#}").contains("kernel_backends") && format!("{e:#}").contains("gemmm"), "{e:#}");
+    }
+
+    #[test]
+    fn serving_engines_name_their_all_reduce() {
+        for (engine, lib) in [("vllm", "vllm/custom_ar_graph"), ("sglang", "vllm/custom_ar_graph"), ("trtllm", "trtllm/custom_ar")] {
+            let b = EngineParams::load(engine).unwrap().op_backends().unwrap();
+            assert_eq!(b[&Op::AllReduce][0], lib, "{engine}");
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -128,7 +174,7 @@ mod tests {
         let e = EngineParams::load("hf-cudagraph").unwrap();
         let pad = e.cuda_graphs.expect("hf-cudagraph pads its steps");
         assert_eq!((pad.q_tokens, pad.kv_tokens), (64, 16384));
-        assert_eq!(e.op_backends().unwrap()[&crate::schema::Op::AttnPrefill], "sdpa_cudnn_masked");
+        assert_eq!(e.op_backends().unwrap()[&crate::schema::Op::AttnPrefill], vec!["sdpa_cudnn_masked".to_string()]);
         assert!(EngineParams::load("hf").unwrap().cuda_graphs.is_none());
     }
 
