@@ -135,10 +135,23 @@ fn class_key(class: LinkClass, eager: bool) -> String {
     }
 }
 
-/// Bases to try for a row, best first: its own class and timing method, the nearest class with
-/// the same method, its class with the other method, then the base of all rows.
+/// Fewest rows of one collective library on one link class for a base of its own: libraries
+/// differ in algorithm (a one-shot custom all-reduce has a few microseconds of latency, NCCL's
+/// ring ten or more), which one latency per link class cannot hold. Where several GPUs train,
+/// the library must be measured on at least two of them: a base seen on one GPU only (Vidur's
+/// cluster profiles) describes that cluster, not the library.
+const MIN_LIBRARY_BASE_ROWS: usize = 20;
+
+fn library_key(class_key: &str, backend: &str) -> String {
+    format!("{class_key}|{backend}")
+}
+
+/// Bases to try for a row, best first: its library on its class and timing method, its class
+/// and timing method, the nearest class with the same method, its class with the other method,
+/// then the base of all rows.
 fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
-    let mut keys = vec![base_key(op, gpu, k, backend)];
+    let own = base_key(op, gpu, k, backend);
+    let mut keys = if op.is_collective() { vec![library_key(&own, backend), own] } else { vec![own] };
     if op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         let eager = features::is_eager_kernel_timed(backend);
@@ -172,14 +185,26 @@ impl OpModel {
                 (x, s, *m, base_key(op, g, &m.kernel, &m.backend))
             })
             .collect();
-        let mut by_key: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut by_key: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut library_gpus: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         for (_, s, m, key) in &prepared {
-            by_key.entry(key.as_str()).or_default().push((s.sol_us, m.latency_us));
+            let pt = (s.sol_us, m.latency_us);
+            by_key.entry(key.clone()).or_default().push(pt);
             if key != "all" {
-                by_key.entry("all").or_default().push((s.sol_us, m.latency_us));
+                by_key.entry("all".to_string()).or_default().push(pt);
+                let lib = library_key(key, &m.backend);
+                library_gpus.entry(lib.clone()).or_default().insert(m.gpu.as_str());
+                by_key.entry(lib).or_default().push(pt);
             }
         }
-        let bases: BTreeMap<String, Base> = by_key.into_iter().map(|(k, pts)| (k.to_string(), Base::fit(&pts))).collect();
+        let train_gpu_count = rows.iter().map(|m| m.gpu.as_str()).collect::<BTreeSet<_>>().len();
+        by_key.retain(|k, pts| {
+            !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= train_gpu_count.min(2))
+        });
+        let bases: BTreeMap<String, Base> = by_key.into_iter().map(|(k, pts)| (k, Base::fit(&pts))).collect();
+        let base_of = |m: &Measurement, sol_us: f64| {
+            base_keys(op, spec(&m.gpu), &m.kernel, &m.backend).iter().find_map(|k| bases.get(k)).map(|b| b.time_us(sol_us)).unwrap_or(sol_us)
+        };
 
         // Vocabulary over every training row; the default backend among this op's own rows
         // (collectives: those on their GPU's own fabric, benchmark-timed, where there are any).
@@ -205,8 +230,8 @@ impl OpModel {
         let median_efficiency = median(&mut effs).unwrap_or(1.0).max(1e-6);
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
-        for (feat, s, m, key) in &prepared {
-            let base = bases[key.as_str()].time_us(s.sol_us);
+        for (feat, s, m, _) in &prepared {
+            let base = base_of(m, s.sol_us);
             x.push(with_backend(feat.clone(), &backends, &m.backend));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
             y.push((m.latency_us.max(s.sol_us) / base).ln());
