@@ -327,9 +327,10 @@ pub fn logged_step_batch(s: &TraceStep) -> Vec<SeqWork> {
         .collect()
 }
 
-/// Fits the `hf` host model on the calibration families' decode-only steps where the host
-/// dominates (predicted GPU time under half the measured step): measured = launch x layers +
-/// per_step + per_seq x sequences, by least squares with non-negative coefficients.
+/// Fits the eager `hf` host model on the calibration families' decode-only steps where the host
+/// dominates (predicted GPU time under half the measured step): measured = launch x kernels
+/// (the step's kernel launches as the engine issues them, unfused pieces counted) + per_step +
+/// per_seq x sequences, by least squares with non-negative coefficients.
 pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut rows: Vec<([f64; 3], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
@@ -337,9 +338,10 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
             for s in run.steps.iter().filter(|s| s.num_decode == s.num_requests && s.num_requests > 0) {
                 let measured_us = (s.end_s - s.start_s) * 1e6;
-                let gpu_us = p.step_time(&logged_step_batch(s)).total_us;
+                let batch = logged_step_batch(s);
+                let gpu_us = p.step_time(&batch).total_us;
                 if gpu_us < 0.5 * measured_us {
-                    rows.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64], measured_us));
+                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64], measured_us));
                 }
             }
         }
@@ -349,7 +351,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     }
     let coef = nonneg_least_squares(&rows);
     Ok(HostOverhead {
-        launch_per_layer_us: coef[0],
+        launch_per_kernel_us: coef[0],
         per_step_us: coef[1],
         per_seq_us: coef[2],
         source: format!(
@@ -625,8 +627,8 @@ impl TracesReport {
         let mut s = String::from("H200 traces (transformers continuous batching, engine profile `hf`): APE % over runs\n");
         for (tier, host) in &self.host_fits {
             s += &format!(
-                "  host model [{tier}]: {:.0} us/step + {:.0} us/layer + {:.0} us/seq, eager launches {:.0} us/layer, graph capture {:.0} us + {:.0} us/layer ({})\n",
-                host.per_step_us, host.per_layer_us, host.per_seq_us, host.launch_per_layer_us, host.graph_capture_us, host.graph_capture_per_layer_us, host.source
+                "  host model [{tier}]: {:.0} us/step + {:.0} us/layer + {:.0} us/seq, eager launches {:.1} us/kernel, graph capture {:.0} us + {:.0} us/layer ({})\n",
+                host.per_step_us, host.per_layer_us, host.per_seq_us, host.launch_per_kernel_us, host.graph_capture_us, host.graph_capture_per_layer_us, host.source
             );
         }
         for (tier, describe) in &self.kernel_models {

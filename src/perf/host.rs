@@ -18,6 +18,11 @@ pub struct HostOverhead {
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
     #[serde(default)]
     pub launch_per_layer_us: f64,
+    /// Eager engines: Python dispatch and launch per kernel; the step lasts at least
+    /// `launch_per_layer_us x layers + launch_per_kernel_us x kernels` (the kernels of the step
+    /// as the engine launches them, unfused pieces counted).
+    #[serde(default)]
+    pub launch_per_kernel_us: f64,
     /// Per layer and step, work the kernel graph does not list and no GPU overlap hides: the
     /// unfused eager elementwise kernels (norm pieces, rotary halves, casts, routing) a CUDA
     /// graph of an eager model replays at their launch floor.
@@ -43,6 +48,7 @@ impl Default for HostOverhead {
             per_seq_us: 2.0,
             per_token_us: 0.05,
             launch_per_layer_us: 0.0,
+            launch_per_kernel_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_layer_us: 0.0,
@@ -59,6 +65,7 @@ impl HostOverhead {
             per_seq_us: 0.0,
             per_token_us: 0.0,
             launch_per_layer_us: 0.0,
+            launch_per_kernel_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_layer_us: 0.0,
@@ -67,8 +74,8 @@ impl HostOverhead {
     }
 
     /// Step wall time from the GPU time of its kernels.
-    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_seqs: usize, num_tokens: u64) -> f64 {
-        let launch = self.launch_per_layer_us * num_layers as f64;
+    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_kernels: u64, num_seqs: usize, num_tokens: u64) -> f64 {
+        let launch = self.launch_per_layer_us * num_layers as f64 + self.launch_per_kernel_us * num_kernels as f64;
         gpu_us.max(launch)
             + self.per_step_us
             + self.per_layer_us * num_layers as f64
@@ -91,6 +98,7 @@ impl HostOverhead {
             ("per_seq_us", self.per_seq_us),
             ("per_token_us", self.per_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
+            ("launch_per_kernel_us", self.launch_per_kernel_us),
             ("per_layer_us", self.per_layer_us),
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_layer_us", self.graph_capture_per_layer_us),
@@ -125,9 +133,12 @@ mod tests {
     fn eager_launch_bound_steps_take_the_longer_of_cpu_and_gpu() {
         let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, ..HostOverhead::default() };
         // 32 layers x 500 us = 16 ms of launches hide a 5 ms GPU step ...
-        assert_eq!(h.step_us(5_000.0, 32, 1, 1), 16_100.0);
+        assert_eq!(h.step_us(5_000.0, 32, 0, 1, 1), 16_100.0);
         // ... but not a 40 ms one.
-        assert_eq!(h.step_us(40_000.0, 32, 1, 1), 40_100.0);
+        assert_eq!(h.step_us(40_000.0, 32, 0, 1, 1), 40_100.0);
+        // Per-kernel launches add to the per-layer ones: 32 x 500 + 400 x 50 = 36 ms.
+        let k = HostOverhead { launch_per_kernel_us: 50.0, ..h };
+        assert_eq!(k.step_us(5_000.0, 32, 400, 1, 1), 36_100.0);
     }
 
     #[test]

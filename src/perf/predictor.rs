@@ -48,7 +48,8 @@ pub struct Predictor {
     pub host: HostOverhead,
     pub attention_impl: AttentionImpl,
     kernel_model: Arc<dyn KernelTimeModel>,
-    token_cache: Mutex<HashMap<(u64, u64), StepCost>>,
+    /// Token-dependent kernels' cost and kernel launch count, by (tokens, sequences).
+    token_cache: Mutex<HashMap<(u64, u64), (StepCost, u64)>>,
     /// CUDA graphs over padded shapes (None: eager or unpadded engines).
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
@@ -176,33 +177,46 @@ impl Predictor {
         }
     }
 
-    fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) {
+    /// Adds the kernels' time to `cost`; returns how many kernel launches they are (an op the
+    /// engine runs unfused counts each piece).
+    fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) -> u64 {
+        let mut launches = 0;
         for ki in kernels {
             let us = self.instance_us(ki) * ki.count as f64;
             cost.add_class(ki.kernel.op.class(), us);
+            launches += ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64;
         }
+        launches
     }
 
-    fn token_cost(&self, tokens: u64, seqs: u64) -> StepCost {
+    fn token_cost(&self, tokens: u64, seqs: u64) -> (StepCost, u64) {
         if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&(tokens, seqs)) {
             return c.clone();
         }
         let mut cost = StepCost::default();
-        self.add_kernels(&mut cost, &token_kernels(&self.model, &self.dep, tokens, seqs));
-        self.token_cache.lock().expect("cache poisoned").insert((tokens, seqs), cost.clone());
-        cost
+        let launches = self.add_kernels(&mut cost, &token_kernels(&self.model, &self.dep, tokens, seqs));
+        self.token_cache.lock().expect("cache poisoned").insert((tokens, seqs), (cost.clone(), launches));
+        (cost, launches)
     }
 }
 
 impl Predictor {
+    /// Kernel launches of a step as the engine issues them (unfused pieces counted).
+    pub fn step_launches(&self, seqs: &[SeqWork]) -> u64 {
+        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
+        let attention: u64 = self.attention(seqs).iter().map(|ki| ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64).sum();
+        self.token_cost(padded, seqs.len() as u64).1 + attention
+    }
+
     /// The step's cost and whether it captured a new CUDA graph (always false without graphs).
     pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, bool) {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
-        let mut cost = self.token_cost(padded, seqs.len() as u64);
-        self.add_kernels(&mut cost, &self.attention(seqs));
+        let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64);
+        let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
-        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, seqs.len(), tokens);
+        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, launches, seqs.len(), tokens);
         cost.add_class("host", wall_us - gpu_us);
         let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
         if captured {
