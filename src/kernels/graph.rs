@@ -329,6 +329,18 @@ pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWor
             copy("kv_masked_scatter", tensor(kv_heads), "torch_masked_scatter");
         }
         copy("kv_repeat", tensor(hq), "torch_repeat_kv");
+        if model.attention_sinks {
+            // SDPA has no sinks: transformers runs `paged|eager`, the math path: per-head QK^T
+            // and PV GEMMs around the (queries x keys) score matrix, which the mask add, the
+            // sink-logit concatenation, the fp32 softmax (read and write) and the cast each pass over.
+            // One batched GEMM per layer each; shapes chosen to move each head's keys (QK^T)
+            // and the whole score matrix (PV) once.
+            out.push(KernelInstance { name: format!("{tag}.scores_qk"), kernel: Kernel::gemm(a, q, keys * hq, d), count, library: None });
+            let scores = Kernel { num_tokens: q * hq, hidden: keys, ..Kernel::new(Op::Add, a) };
+            out.push(KernelInstance { name: format!("{tag}.masked_softmax"), kernel: scores, count: 5 * count, library: Some("torch") });
+            out.push(KernelInstance { name: format!("{tag}.scores_pv"), kernel: Kernel::gemm(a, q * hq, d, keys), count, library: None });
+            continue;
+        }
         let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: hq, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
         out.push(KernelInstance { name: format!("{tag}.packed_masked_sdpa"), kernel: k, count, library: None });
     }
@@ -381,5 +393,18 @@ mod tests {
         let scatter: Vec<_> = ks.iter().filter(|k| k.name.ends_with("kv_masked_scatter")).collect();
         assert_eq!(scatter.len(), 1, "only the sliding group scatters");
         assert!(scatter[0].name.contains("sliding"));
+    }
+
+    #[test]
+    fn attention_sinks_run_the_math_path() {
+        // gpt-oss has attention sinks, which SDPA cannot take: transformers uses eager attention.
+        let m = ModelConfig::load("gpt-oss-20b").unwrap();
+        assert!(m.attention_sinks);
+        let ks = packed_sdpa_kernels(&m, &Deployment::default(), &decode(4, 100), None);
+        assert!(ks.iter().all(|k| k.kernel.op != Op::AttnPrefill));
+        let qk = ks.iter().find(|k| k.name.ends_with("scores_qk")).unwrap();
+        let (hq, _) = heads_per_gpu(&m, 1);
+        // One batched GEMM per layer: 4 queries against 404 keys for every query head.
+        assert_eq!((qk.kernel.m, qk.kernel.n, qk.kernel.k), (4, 404 * hq, m.head_dim));
     }
 }
