@@ -532,10 +532,12 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
 /// communication and TP step model on top.
-pub const SPLITS: [&str; 5] = ["calibration", "held-out", "held-out-tp", "calibration-cudagraph", "held-out-cudagraph"];
+pub const SPLITS: [&str; 6] = ["calibration", "held-out", "held-out-tp", "calibration-cudagraph", "held-out-cudagraph", "held-out-tp-cudagraph"];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
-    if run.graphs.is_some() {
+    if run.graphs.is_some() && run.tp > 1 {
+        "held-out-tp-cudagraph"
+    } else if run.graphs.is_some() {
         if m.is_calibration() { "calibration-cudagraph" } else { "held-out-cudagraph" }
     } else if run.tp > 1 {
         "held-out-tp"
