@@ -177,6 +177,11 @@ impl Predictor {
         }
     }
 
+    /// Kernel launches of `ki` in a step, an op the engine runs unfused counting each piece.
+    fn launches(&self, ki: &KernelInstance) -> u64 {
+        ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64
+    }
+
     /// Adds the kernels' time to `cost`; returns how many kernel launches they are (an op the
     /// engine runs unfused counts each piece).
     fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) -> u64 {
@@ -184,7 +189,7 @@ impl Predictor {
         for ki in kernels {
             let us = self.instance_us(ki) * ki.count as f64;
             cost.add_class(ki.kernel.op.class(), us);
-            launches += ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64;
+            launches += self.launches(ki);
         }
         launches
     }
@@ -205,7 +210,7 @@ impl Predictor {
     pub fn step_launches(&self, seqs: &[SeqWork]) -> u64 {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
-        let attention: u64 = self.attention(seqs).iter().map(|ki| ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64).sum();
+        let attention: u64 = self.attention(seqs).iter().map(|ki| self.launches(ki)).sum();
         self.token_cost(padded, seqs.len() as u64).1 + attention
     }
 

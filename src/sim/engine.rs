@@ -64,12 +64,26 @@ impl EngineParams {
         self.kernel_backends
             .iter()
             .map(|(op, b)| {
-                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'kernel_backends': {e}"))?;
+                let op = op_key("kernel_backends", op)?;
                 let list = match b {
                     Backends::One(p) => vec![p.clone()],
                     Backends::Many(v) => v.clone(),
                 };
                 Ok((op, list))
+            })
+            .collect()
+    }
+
+    /// `unfused_elementwise` keyed by op, rejecting unknown op names and zero counts.
+    pub fn unfused_ops(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
+        self.unfused_elementwise
+            .iter()
+            .map(|(op, &n)| {
+                let op = op_key("unfused_elementwise", op)?;
+                if n == 0 {
+                    bail!("field 'unfused_elementwise': '{op}' must run as at least 1 kernel, got 0");
+                }
+                Ok((op, n))
             })
             .collect()
     }
@@ -110,20 +124,9 @@ impl EngineParams {
     }
 }
 
-impl EngineParams {
-    /// `unfused_elementwise` keyed by op, rejecting unknown op names and zero counts.
-    pub fn unfused_ops(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
-        self.unfused_elementwise
-            .iter()
-            .map(|(op, &n)| {
-                let op = op.parse::<crate::schema::Op>().map_err(|e| anyhow!("field 'unfused_elementwise': {e}"))?;
-                if n == 0 {
-                    bail!("field 'unfused_elementwise': '{op}' must run as at least 1 kernel, got 0");
-                }
-                Ok((op, n))
-            })
-            .collect()
-    }
+/// An op named as a key of table `field`, or an error naming the field and the allowed ops.
+fn op_key(field: &str, name: &str) -> Result<crate::schema::Op> {
+    name.parse::<crate::schema::Op>().map_err(|e| anyhow!("field '{field}': {e}"))
 }
 
 pub fn builtin_engines() -> Vec<String> {
