@@ -152,17 +152,12 @@ pub fn calibrate(data: &Data, only_gpu: Option<&str>, params: &FitParams) -> Res
 /// Writes the calibration files under `dir` (see `store` for the layout); returns the paths.
 pub fn write_calibration(cal: &Calibration, data: &Data, dir: &Path, command: &str) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    store::write_json(dir, store::ROOFLINE_PATH, &cal.roofline)?;
-    written.push(dir.join(store::ROOFLINE_PATH));
+    written.push(store::write_json(dir, store::ROOFLINE_PATH, &cal.roofline)?);
     for set in &cal.target {
-        let rel = store::target_path(&set.trained_on[0]);
-        store::write_json(dir, &rel, set)?;
-        written.push(dir.join(rel));
+        written.push(store::write_json_gz(dir, &store::target_path(&set.trained_on[0]), set)?);
     }
     for set in &cal.cross_gen {
-        let rel = store::cross_gen_path(set.held_out.as_deref());
-        store::write_json(dir, &rel, set)?;
-        written.push(dir.join(rel));
+        written.push(store::write_json_gz(dir, &store::cross_gen_path(set.held_out.as_deref()), set)?);
     }
     let counts: BTreeMap<String, usize> =
         dataset::counts(&data.rows).into_iter().map(|((g, op), n)| (format!("{g}/{op}"), n)).collect();

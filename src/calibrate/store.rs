@@ -1,16 +1,22 @@
-//! Layout of the fitted models under `calibration/` (small JSON, embedded in the binary by
-//! build.rs; a directory on disk can stand in for them):
+//! Layout of the fitted models under `calibration/` (JSON, embedded in the binary by build.rs;
+//! a directory on disk can stand in for them):
 //!
 //! - `roofline.json`: the baseline's constant efficiency per op class;
-//! - `target/<gpu>.json`: models fitted on that GPU's own measurements;
-//! - `cross-gen/all.json`: fitted on every measured GPU (for GPUs with no measurements);
-//! - `cross-gen/no_<gpu>.json`: fitted with that GPU left out, so its cross-gen prediction never
-//!   uses its own measurements;
+//! - `target/<gpu>.json.gz`: models fitted on that GPU's own measurements;
+//! - `cross-gen/all.json.gz`: fitted on every measured GPU (for GPUs with no measurements);
+//! - `cross-gen/no_<gpu>.json.gz`: fitted with that GPU left out, so its cross-gen prediction
+//!   never uses its own measurements;
 //! - `manifest.json`: what data produced them.
+//!
+//! Model sets are gzipped: their tree ensembles are megabytes of JSON numbers, and every refit
+//! rewrites them in git history. Readers ask for `x.json`; a `x.json.gz` stands in for it.
 
 use super::model::ModelSet;
 use crate::perf::roofline::RooflineParams;
 use anyhow::{Context, Result};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use std::io::{Read, Write};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -47,16 +53,31 @@ pub const ROOFLINE_PATH: &str = "roofline.json";
 pub const MANIFEST_PATH: &str = "manifest.json";
 
 impl Store {
-    /// Text of `rel` (a path relative to `calibration/`), None when absent.
+    /// Text of `rel` (a path relative to `calibration/`), read from `rel` or else from its
+    /// gzipped `rel.gz`; None when neither exists.
     pub fn text(&self, rel: &str) -> Result<Option<String>> {
+        let gz = format!("{rel}.gz");
         match self {
-            Store::Embedded => Ok(EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == rel).map(|(_, t)| t.to_string())),
+            Store::Embedded => {
+                if let Some((_, t)) = EMBEDDED_CALIBRATION.iter().find(|(p, _)| *p == rel) {
+                    return Ok(Some(t.to_string()));
+                }
+                match EMBEDDED_CALIBRATION_GZ.iter().find(|(p, _)| *p == gz) {
+                    Some((_, bytes)) => gunzip(bytes).map(Some).with_context(|| format!("decompressing embedded calibration/{gz}")),
+                    None => Ok(None),
+                }
+            }
             Store::Dir(d) => {
                 let p = d.join(rel);
+                if p.is_file() {
+                    return std::fs::read_to_string(&p).map(Some).with_context(|| format!("reading {}", p.display()));
+                }
+                let p = d.join(&gz);
                 if !p.is_file() {
                     return Ok(None);
                 }
-                std::fs::read_to_string(&p).map(Some).with_context(|| format!("reading {}", p.display()))
+                let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+                gunzip(&bytes).map(Some).with_context(|| format!("decompressing {}", p.display()))
             }
         }
     }
@@ -79,12 +100,79 @@ impl Store {
     }
 }
 
-/// Writes `value` as compact JSON at `dir/rel`, creating folders.
-pub fn write_json<T: Serialize>(dir: &Path, rel: &str, value: &T) -> Result<()> {
-    let p = dir.join(rel);
+fn gunzip(bytes: &[u8]) -> Result<String> {
+    let mut text = String::new();
+    GzDecoder::new(bytes).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+fn create_parent(p: &Path) -> Result<()> {
     if let Some(parent) = p.parent() {
         std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
+    Ok(())
+}
+
+/// Writes `value` as compact JSON at `dir/rel`, creating folders.
+pub fn write_json<T: Serialize>(dir: &Path, rel: &str, value: &T) -> Result<PathBuf> {
+    let p = dir.join(rel);
+    create_parent(&p)?;
     let text = serde_json::to_string(value)?;
-    std::fs::write(&p, text + "\n").with_context(|| format!("writing {}", p.display()))
+    std::fs::write(&p, text + "\n").with_context(|| format!("writing {}", p.display()))?;
+    Ok(p)
+}
+
+/// Writes `value` as gzipped compact JSON at `dir/rel.gz` (deterministic: no timestamp in the
+/// header) and removes a plain `dir/rel` left by an older layout, which would shadow it.
+pub fn write_json_gz<T: Serialize>(dir: &Path, rel: &str, value: &T) -> Result<PathBuf> {
+    let p = dir.join(format!("{rel}.gz"));
+    create_parent(&p)?;
+    let mut enc = GzEncoder::new(Vec::new(), flate2::Compression::best());
+    enc.write_all(serde_json::to_string(value)?.as_bytes())?;
+    enc.write_all(b"\n")?;
+    std::fs::write(&p, enc.finish()?).with_context(|| format!("writing {}", p.display()))?;
+    let plain = dir.join(rel);
+    if plain.is_file() {
+        std::fs::remove_file(&plain).with_context(|| format!("removing {} (replaced by {})", plain.display(), p.display()))?;
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gzipped_file_stands_in_for_its_json_and_replaces_a_stale_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::Dir(dir.path().to_path_buf());
+        write_json(dir.path(), "target/x.json", &serde_json::json!({"old": 1})).unwrap();
+        assert_eq!(store.read::<serde_json::Value>("target/x.json").unwrap().unwrap()["old"], 1);
+        let p = write_json_gz(dir.path(), "target/x.json", &serde_json::json!({"new": [1.5, 2]})).unwrap();
+        assert!(p.ends_with("target/x.json.gz"));
+        assert!(!dir.path().join("target/x.json").exists(), "the stale plain file must go");
+        let v: serde_json::Value = store.read("target/x.json").unwrap().unwrap();
+        assert_eq!(v["new"][0], 1.5);
+        assert!(store.text("target/missing.json").unwrap().is_none());
+        // Same value, same bytes: refits that change nothing leave git history alone.
+        let first = std::fs::read(&p).unwrap();
+        write_json_gz(dir.path(), "target/x.json", &serde_json::json!({"new": [1.5, 2]})).unwrap();
+        assert_eq!(first, std::fs::read(&p).unwrap());
+    }
+
+    #[test]
+    fn a_corrupt_gzip_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("roofline.json.gz"), b"not gzip").unwrap();
+        let err = Store::Dir(dir.path().to_path_buf()).text("roofline.json").unwrap_err();
+        assert!(format!("{err:#}").contains("roofline.json.gz"), "{err:#}");
+    }
+
+    #[test]
+    fn the_embedded_model_sets_are_gzipped_and_readable() {
+        assert!(EMBEDDED_CALIBRATION_GZ.iter().any(|(p, _)| *p == "cross-gen/all.json.gz"));
+        assert!(!EMBEDDED_CALIBRATION.iter().any(|(p, _)| p.starts_with("target/") || p.starts_with("cross-gen/")));
+        let set = Store::Embedded.model_set(&cross_gen_path(None)).unwrap().expect("cross-gen/all");
+        assert_eq!(set.tier, "cross-gen");
+    }
 }
