@@ -512,6 +512,23 @@ impl ModelConfig {
         )
     }
 
+    /// KV cache layer groups under vLLM's hybrid-allocator rule, as transformers' continuous
+    /// batching groups them (`group_layers_by_attn_type`): every group holds layers of one
+    /// attention kind and all groups have the same size, the gcd of the per-kind layer counts.
+    /// The engine's per-request block bookkeeping runs once per group.
+    pub fn kv_cache_groups(&self) -> u64 {
+        let (full, sliding, linear) = self.attention_mix();
+        let counts: Vec<u64> = [full, sliding, linear].into_iter().filter(|&c| c > 0).map(|c| c as u64).collect();
+        let gcd = |mut a: u64, mut b: u64| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a
+        };
+        let size = counts.iter().copied().fold(0, gcd).max(1);
+        counts.iter().map(|c| c / size).sum::<u64>().max(1)
+    }
+
     /// Recurrent-state bytes per sequence for linear-attention layers (fp32 state + conv state).
     pub fn linear_state_bytes_per_seq(&self) -> f64 {
         let Some(l) = &self.linear else { return 0.0 };

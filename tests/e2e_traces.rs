@@ -23,6 +23,25 @@ fn traces_load_with_consistent_timelines() {
 }
 
 #[test]
+fn kv_cache_groups_match_what_the_engine_reported() {
+    // transformers records its layer groups per run; the model's gcd rule must agree for every
+    // family (1 for dense/full or all-sliding, 2 for gpt-oss, 6 for gemma-3 cut to 12 layers).
+    let mut seen = std::collections::BTreeMap::new();
+    for dir in ["h200_sxm", "h200_sxm_cudagraph"] {
+        let models = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces").join(dir)).unwrap();
+        for m in &models {
+            for r in m.runs.iter().filter(|r| r.layer_groups.is_some()) {
+                assert_eq!(r.layer_groups, Some(m.config.kv_cache_groups()), "{} {}", m.label, r.key);
+                seen.insert(m.label.clone(), m.config.kv_cache_groups());
+            }
+        }
+    }
+    assert_eq!(seen.get("gemma-3-27b-it-L12"), Some(&6), "{seen:?}");
+    assert_eq!(seen.get("gpt-oss-20b"), Some(&2), "{seen:?}");
+    assert_eq!(seen.get("llama-3.1-8b"), Some(&1), "{seen:?}");
+}
+
+#[test]
 fn replay_reports_every_metric_for_both_splits() {
     let tp2 = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm_tp2");
     let report = validate(&[Path::new(DIR), Path::new(tp2)], &[Tier::Roofline]).unwrap();

@@ -148,20 +148,10 @@ impl SimulateArgs {
         let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(
-            "host overhead ({}): {:.0} us/step + {:.1} us/seq + {:.2} us/token{}",
+            "host overhead ({}): {}{}",
             host.source,
-            host.per_step_us,
-            host.per_seq_us,
-            host.per_token_us,
-            [
-                (host.launch_per_layer_us > 0.0).then(|| format!(", eager launches {:.0} us/layer", host.launch_per_layer_us)),
-                (host.launch_per_kernel_us > 0.0).then(|| format!(", eager launches {:.1} us/kernel", host.launch_per_kernel_us)),
-                (host.per_layer_us > 0.0).then(|| format!(", {:.0} us/layer", host.per_layer_us)),
-                engine.cuda_graphs.map(|_| format!(", CUDA-graph capture on first use of a padded shape {:.0} us + {:.0} us/layer", host.graph_capture_us, host.graph_capture_per_layer_us)),
-            ]
-            .into_iter()
-            .flatten()
-            .collect::<String>()
+            host.summary(),
+            engine.cuda_graphs.map(|_| " (captured on first use of a padded shape)").unwrap_or("")
         );
         let kv_cap_tokens = num_gpu_blocks as u64 * engine.block_size as u64;
         let predictor = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, kv_cap_tokens)?;

@@ -13,6 +13,11 @@ pub struct HostOverhead {
     /// Fixed CPU time per step that no GPU work overlaps (scheduler, sync, bookkeeping).
     pub per_step_us: f64,
     pub per_seq_us: f64,
+    /// Per scheduled sequence and KV cache layer group (`ModelConfig::kv_cache_groups`):
+    /// engines whose Python scheduler books each request's blocks group by group
+    /// (transformers' continuous batching), so sliding-window hybrids pay it many times.
+    #[serde(default)]
+    pub per_seq_cache_group_us: f64,
     pub per_token_us: f64,
     /// Eager engines launch each layer's kernels from Python while the GPU runs: the step
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
@@ -46,6 +51,7 @@ impl Default for HostOverhead {
         HostOverhead {
             per_step_us: 250.0,
             per_seq_us: 2.0,
+            per_seq_cache_group_us: 0.0,
             per_token_us: 0.05,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
@@ -63,6 +69,7 @@ impl HostOverhead {
         HostOverhead {
             per_step_us: 0.0,
             per_seq_us: 0.0,
+            per_seq_cache_group_us: 0.0,
             per_token_us: 0.0,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
@@ -73,14 +80,41 @@ impl HostOverhead {
         }
     }
 
-    /// Step wall time from the GPU time of its kernels.
-    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_kernels: u64, num_seqs: usize, num_tokens: u64) -> f64 {
+    /// Step wall time from the GPU time of its kernels (`cache_groups`: the model's KV cache
+    /// layer groups).
+    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_kernels: u64, num_seqs: usize, cache_groups: u64, num_tokens: u64) -> f64 {
         let launch = self.launch_per_layer_us * num_layers as f64 + self.launch_per_kernel_us * num_kernels as f64;
         gpu_us.max(launch)
             + self.per_step_us
             + self.per_layer_us * num_layers as f64
-            + self.per_seq_us * num_seqs as f64
+            + (self.per_seq_us + self.per_seq_cache_group_us * cache_groups as f64) * num_seqs as f64
             + self.per_token_us * num_tokens as f64
+    }
+
+    /// One line: every non-zero term with its unit.
+    pub fn summary(&self) -> String {
+        let terms = [
+            (self.per_step_us, "us/step"),
+            (self.per_layer_us, "us/layer"),
+            (self.per_seq_us, "us/seq"),
+            (self.per_seq_cache_group_us, "us/seq/cache-group"),
+            (self.per_token_us, "us/token"),
+        ];
+        let mut s: Vec<String> = terms.iter().filter(|(v, _)| *v > 0.0).map(|(v, u)| format!("{v:.1} {u}")).collect();
+        if s.is_empty() {
+            s.push("0 us/step".into());
+        }
+        let mut line = s.join(" + ");
+        if self.launch_per_layer_us > 0.0 {
+            line += &format!(", eager launches {:.0} us/layer", self.launch_per_layer_us);
+        }
+        if self.launch_per_kernel_us > 0.0 {
+            line += &format!(", eager launches {:.1} us/kernel", self.launch_per_kernel_us);
+        }
+        if self.graph_capture_us > 0.0 || self.graph_capture_per_layer_us > 0.0 {
+            line += &format!(", CUDA-graph capture {:.0} us + {:.0} us/layer", self.graph_capture_us, self.graph_capture_per_layer_us);
+        }
+        line
     }
 
     /// What capturing a step's CUDA graph adds to that step (transformers' `_capture_graph`):
@@ -96,6 +130,7 @@ impl HostOverhead {
         for (name, v) in [
             ("per_step_us", self.per_step_us),
             ("per_seq_us", self.per_seq_us),
+            ("per_seq_cache_group_us", self.per_seq_cache_group_us),
             ("per_token_us", self.per_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
             ("launch_per_kernel_us", self.launch_per_kernel_us),
@@ -133,12 +168,21 @@ mod tests {
     fn eager_launch_bound_steps_take_the_longer_of_cpu_and_gpu() {
         let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, ..HostOverhead::default() };
         // 32 layers x 500 us = 16 ms of launches hide a 5 ms GPU step ...
-        assert_eq!(h.step_us(5_000.0, 32, 0, 1, 1), 16_100.0);
+        assert_eq!(h.step_us(5_000.0, 32, 0, 1, 1, 1), 16_100.0);
         // ... but not a 40 ms one.
-        assert_eq!(h.step_us(40_000.0, 32, 0, 1, 1), 40_100.0);
+        assert_eq!(h.step_us(40_000.0, 32, 0, 1, 1, 1), 40_100.0);
         // Per-kernel launches add to the per-layer ones: 32 x 500 + 400 x 50 = 36 ms.
         let k = HostOverhead { launch_per_kernel_us: 50.0, ..h };
-        assert_eq!(k.step_us(5_000.0, 32, 400, 1, 1), 36_100.0);
+        assert_eq!(k.step_us(5_000.0, 32, 400, 1, 1, 1), 36_100.0);
+    }
+
+    #[test]
+    fn group_bookkeeping_scales_with_sequences_times_cache_groups() {
+        let h = HostOverhead { per_step_us: 1_000.0, per_seq_cache_group_us: 50.0, ..HostOverhead::zero() };
+        // 32 sequences of a 6-group model (gemma-3 cut to 12 layers) vs a 1-group model.
+        assert_eq!(h.step_us(30_000.0, 12, 0, 32, 6, 32), 30_000.0 + 1_000.0 + 50.0 * 32.0 * 6.0);
+        assert_eq!(h.step_us(30_000.0, 12, 0, 32, 1, 32), 30_000.0 + 1_000.0 + 50.0 * 32.0);
+        assert_eq!(h.summary(), "1000.0 us/step + 50.0 us/seq/cache-group");
     }
 
     #[test]

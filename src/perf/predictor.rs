@@ -48,12 +48,15 @@ pub struct Predictor {
     pub host: HostOverhead,
     pub attention_impl: AttentionImpl,
     kernel_model: Arc<dyn KernelTimeModel>,
-    /// Token-dependent kernels' cost and kernel launch count, by (tokens, sequences).
-    token_cache: Mutex<HashMap<(u64, u64), (StepCost, u64)>>,
+    /// Token-dependent kernels' cost and kernel launch count, by (tokens, sequences, tokens
+    /// routed to experts).
+    token_cache: Mutex<HashMap<(u64, u64, u64), (StepCost, u64)>>,
     /// CUDA graphs over padded shapes (None: eager or unpadded engines).
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
     unfused: std::collections::BTreeMap<crate::schema::Op, u32>,
+    /// The model's KV cache layer groups (host bookkeeping runs per group).
+    cache_groups: u64,
 }
 
 impl Predictor {
@@ -76,6 +79,7 @@ impl Predictor {
             token_cache: Mutex::new(HashMap::new()),
             graphs: None,
             unfused: Default::default(),
+            cache_groups: model.kv_cache_groups(),
         }
     }
 
@@ -146,11 +150,31 @@ impl Predictor {
         self.kernel_model.predict_us(k)
     }
 
+    /// Query tokens a step runs (padded under CUDA graphs) and the distinct tokens its MoE
+    /// experts see. The padding rows all carry one token id, so the router sends them to one
+    /// set of top-k experts: the expert kernels read the weights of the experts the real
+    /// tokens pick plus that one set, as if for `real + 1` tokens (non-MoE models: unused).
+    fn step_tokens(&self, seqs: &[SeqWork]) -> (u64, u64) {
+        let real: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        let padded = self.graphs.as_ref().map_or(real, |g| g.pad_q(real));
+        let routed = if self.model.moe.is_some() { padded.min(real + 1) } else { padded };
+        (padded, routed)
+    }
+
+    /// The token-count kernels of a step of `tokens` (padded) query tokens of which `routed`
+    /// reach the experts as distinct tokens.
+    fn token_kernels_routed(&self, tokens: u64, seqs: u64, routed: u64) -> Vec<KernelInstance> {
+        let mut kernels = token_kernels(&self.model, &self.dep, tokens, seqs);
+        for ki in kernels.iter_mut().filter(|ki| ki.kernel.op == crate::schema::Op::Moe) {
+            ki.kernel.num_tokens = routed;
+        }
+        kernels
+    }
+
     /// Every kernel of one step with its SOL and predicted time.
     pub fn kernel_table(&self, seqs: &[SeqWork]) -> Vec<TimedKernel> {
-        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-        let tokens = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
-        let mut kernels = token_kernels(&self.model, &self.dep, tokens, seqs.len() as u64);
+        let (tokens, routed) = self.step_tokens(seqs);
+        let mut kernels = self.token_kernels_routed(tokens, seqs.len() as u64, routed);
         kernels.extend(self.attention(seqs));
         kernels
             .into_iter()
@@ -194,13 +218,14 @@ impl Predictor {
         launches
     }
 
-    fn token_cost(&self, tokens: u64, seqs: u64) -> (StepCost, u64) {
-        if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&(tokens, seqs)) {
+    fn token_cost(&self, tokens: u64, seqs: u64, routed: u64) -> (StepCost, u64) {
+        let key = (tokens, seqs, routed);
+        if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&key) {
             return c.clone();
         }
         let mut cost = StepCost::default();
-        let launches = self.add_kernels(&mut cost, &token_kernels(&self.model, &self.dep, tokens, seqs));
-        self.token_cache.lock().expect("cache poisoned").insert((tokens, seqs), (cost.clone(), launches));
+        let launches = self.add_kernels(&mut cost, &self.token_kernels_routed(tokens, seqs, routed));
+        self.token_cache.lock().expect("cache poisoned").insert(key, (cost.clone(), launches));
         (cost, launches)
     }
 }
@@ -208,20 +233,19 @@ impl Predictor {
 impl Predictor {
     /// Kernel launches of a step as the engine issues them (unfused pieces counted).
     pub fn step_launches(&self, seqs: &[SeqWork]) -> u64 {
-        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-        let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
+        let (padded, routed) = self.step_tokens(seqs);
         let attention: u64 = self.attention(seqs).iter().map(|ki| self.launches(ki)).sum();
-        self.token_cost(padded, seqs.len() as u64).1 + attention
+        self.token_cost(padded, seqs.len() as u64, routed).1 + attention
     }
 
     /// The step's cost and whether it captured a new CUDA graph (always false without graphs).
     pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, bool) {
         let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-        let padded = self.graphs.as_ref().map_or(tokens, |g| g.pad_q(tokens));
-        let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64);
+        let (padded, routed) = self.step_tokens(seqs);
+        let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
         let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
-        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, launches, seqs.len(), tokens);
+        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, launches, seqs.len(), self.cache_groups, tokens);
         cost.add_class("host", wall_us - gpu_us);
         let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
         if captured {
@@ -290,6 +314,35 @@ mod tests {
         assert!(c.communication_us > 0.0);
         let p1 = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
         assert!(p1.step_time(&[SeqWork { new_tokens: 256, cached_tokens: 0 }]).communication_us == 0.0);
+    }
+
+    #[test]
+    fn padded_moe_steps_route_the_padding_as_one_token() {
+        let m = ModelConfig::load("mixtral-8x7b-v0.1").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline)
+            .unwrap()
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        let experts = |seqs: &[SeqWork]| {
+            let t = p.kernel_table(seqs);
+            let e = t.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap();
+            let gemm = t.iter().find(|k| k.instance.name.ends_with("qkv_proj")).unwrap();
+            (e.instance.kernel.num_tokens, gemm.instance.kernel.m)
+        };
+        // One decoding request: dense GEMMs run the 64 padded rows, the experts see 2 tokens.
+        assert_eq!(experts(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]), (2, 64));
+        // 64 real tokens fill the padded shape: no padding rows to route.
+        assert_eq!(experts(&[SeqWork { new_tokens: 1, cached_tokens: 100 }; 64]), (64, 64));
+        // The expert time follows the routed tokens, the dense time the padded ones.
+        let one = p.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
+        let full = p.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 100 }; 64]);
+        assert!(one.moe_us < full.moe_us, "{one:?} vs {full:?}");
+        // (Only the logits GEMM, one row per sequence, differs between the two.)
+        assert!((one.gemm_us - full.gemm_us).abs() < 0.01 * full.gemm_us, "{one:?} vs {full:?}");
+        // Without padding the experts see the real tokens.
+        let eager = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
+        let unpadded = eager.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
+        assert_eq!(unpadded.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap().instance.kernel.num_tokens, 1);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub struct HostFit {
 }
 
 fn host(per_step_us: f64, per_seq_us: f64) -> HostOverhead {
-    HostOverhead { per_step_us, per_seq_us, per_token_us: 0.0, launch_per_layer_us: 0.0, launch_per_kernel_us: 0.0, per_layer_us: 0.0, graph_capture_us: 0.0, graph_capture_per_layer_us: 0.0, source: String::new() }
+    HostOverhead { per_step_us, per_seq_us, source: String::new(), ..HostOverhead::zero() }
 }
 
 fn tpots(points: &[(SimPoint, f64)], tier: Tier, h: &HostOverhead) -> Result<Vec<f64>> {
