@@ -26,6 +26,27 @@ pub struct Memory {
     pub hbm_gb: f64,
     pub hbm_bandwidth_tbps: f64,
     pub l2_mb: f64,
+    /// DRAM technology: HBM stacks or GDDR chips (whose cards keep their DRAM in the `hbm_*`
+    /// fields). Streaming kernels reach different fractions of the two kinds' spec bandwidth.
+    #[serde(default)]
+    pub dram: DramKind,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum DramKind {
+    #[default]
+    Hbm,
+    Gddr,
+}
+
+impl DramKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DramKind::Hbm => "hbm",
+            DramKind::Gddr => "gddr",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

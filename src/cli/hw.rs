@@ -172,7 +172,7 @@ pub fn render_show(s: &GpuSpec) -> String {
     }
     let m = &s.memory;
     say!("\nMemory");
-    say!("  capacity          {} GB", num(m.hbm_gb));
+    say!("  capacity          {} GB ({})", num(m.hbm_gb), m.dram.as_str().to_uppercase());
     say!(
         "  bandwidth         {} TB/s",
         decimals(m.hbm_bandwidth_tbps, 3)
