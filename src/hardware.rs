@@ -74,8 +74,14 @@ pub struct Interconnect {
     pub gpus_per_node: u32,
     /// Host PCIe bandwidth per GPU, one direction, GB/s.
     pub pcie_gbps_per_dir: f64,
-    /// Scale-out network bandwidth per GPU, one direction, GB/s.
+    /// Scale-out network bandwidth per GPU, one direction, GB/s: one NIC per GPU, so a node's
+    /// GPUs together drive `gpus_per_node` of them.
     pub scaleout_gbps_per_dir: f64,
+    /// NVLink bridge joining a pair of this GPU's PCIe cards, one direction, GB/s, where the
+    /// GPU has a PCIe variant with one (A100 and H100: 600 GB/s bidirectional). Measured
+    /// "pairwise NVLink" nodes run on it, not on the SXM board's NVSwitch rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_bridge_gbps_per_dir: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -190,6 +196,7 @@ impl GpuSpec {
             ("peak.int8_tops", self.peak.int8_tops),
             ("peak.fp4_tflops", self.peak.fp4_tflops),
             ("price_usd_per_hour", self.price_usd_per_hour),
+            ("interconnect.nvlink_bridge_gbps_per_dir", self.interconnect.nvlink_bridge_gbps_per_dir),
         ];
         for (field, v) in optional {
             if let Some(v) = v {

@@ -4,12 +4,15 @@
 //! on ratios, not absolute magnitudes.
 
 use crate::hardware::{GpuSpec, LinkKind};
-use crate::perf::sol::{collective_wire_bytes, sol, Sol};
+use crate::perf::sol::{collective_wire_bytes, scaleout_us, sol, Sol};
 use crate::schema::{Kernel, Op};
 
 /// The class of link a collective runs over: the scale-up fabric (NVLink through NVSwitch, or
 /// the GPU's only link when that is PCIe), an NVLink bridge joining one pair of PCIe cards, PCIe,
-/// or the scale-out network. Each has its own bandwidth (spec sheet) and fitted latency. The
+/// the scale-out network of the GPU's own board (one NIC per GPU, the spec sheet's), or the
+/// network of a PCIe server (`HostNet`: Vidur's pairwise-NVLink clusters, whose NICs are not the
+/// HGX board's; both such clusters measured, A100 and A40, send 2.2-2.5 GB/s between nodes,
+/// 10 % of an HGX NIC). Each has its own bandwidth (spec sheet) and fitted latency. The
 /// declaration order (the feature's code) runs from the fastest fabric to the slowest, so a
 /// class missing from the training rows falls between its neighbours in the trees' splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -18,6 +21,7 @@ pub enum LinkClass {
     Bridge,
     Pcie,
     ScaleOut,
+    HostNet,
 }
 
 impl LinkClass {
@@ -40,7 +44,11 @@ impl LinkClass {
     pub fn of_row(gpu: &GpuSpec, num_gpus: u64, backend: &str) -> LinkClass {
         let has = |seg: &str| backend.split('/').any(|s| s == seg);
         if has("internode") {
-            LinkClass::ScaleOut
+            if has("pairwise_nvlink") {
+                LinkClass::HostNet
+            } else {
+                LinkClass::ScaleOut
+            }
         } else if has("pairwise_nvlink") {
             if num_gpus <= 2 && gpu.interconnect.scaleup_kind != LinkKind::Pcie {
                 LinkClass::Bridge
@@ -52,23 +60,39 @@ impl LinkClass {
         }
     }
 
-    /// Spec-sheet bandwidth of this class on `gpu`, bytes/s per direction. A bridge is taken
-    /// at the GPU's NVLink rate (the spec sheets list no separate bridge figure).
+    /// Spec-sheet bandwidth of this class on `gpu`, bytes/s per direction, for one GPU. A
+    /// bridge is taken at the spec's NVLink-bridge rate (the GPU's PCIe cards), else at its
+    /// NVLink rate. A PCIe server's NIC is not on the spec sheet; it sits behind the host's
+    /// PCIe link, which bounds it.
     pub fn bytes_per_s(self, gpu: &GpuSpec) -> f64 {
         let ic = &gpu.interconnect;
         match self {
+            LinkClass::Bridge if ic.nvlink_bridge_gbps_per_dir.is_some() => ic.nvlink_bridge_gbps_per_dir.unwrap_or(0.0) * 1e9,
             LinkClass::ScaleUp | LinkClass::Bridge if ic.scaleup_kind != LinkKind::Pcie => gpu.scaleup_bytes_per_s(),
             LinkClass::ScaleOut => ic.scaleout_gbps_per_dir * 1e9,
             _ => ic.pcie_gbps_per_dir * 1e9,
         }
     }
 
+    /// GPUs per node of a collective over `num_gpus` GPUs measured with `backend`: Vidur's
+    /// `internode` profiles all span two nodes (upstream `devices_per_node` is half of
+    /// `num_workers` in every network file: 1 of 2, 2 of 4, 4 of 8, 8 of 16); otherwise nodes
+    /// are filled, `gpus_per_node` at a time.
+    pub fn gpus_per_node_of_row(gpu: &GpuSpec, num_gpus: u64, backend: &str) -> u64 {
+        if backend.split('/').any(|s| s == "internode") {
+            (num_gpus / 2).max(1)
+        } else {
+            num_gpus.min(gpu.interconnect.gpus_per_node as u64).max(1)
+        }
+    }
+
     /// The class whose fitted base stands in when the training rows have none of this one: a
-    /// bridge and the NVSwitch fabric are both NVLink at the spec's rate.
+    /// bridge and the NVSwitch fabric are both NVLink; a PCIe server's network is a network.
     pub fn nearest(self) -> Option<LinkClass> {
         match self {
             LinkClass::Bridge => Some(LinkClass::ScaleUp),
             LinkClass::ScaleUp => Some(LinkClass::Bridge),
+            LinkClass::HostNet => Some(LinkClass::ScaleOut),
             _ => None,
         }
     }
@@ -79,6 +103,7 @@ impl LinkClass {
             LinkClass::Pcie => "pcie",
             LinkClass::ScaleOut => "scaleout",
             LinkClass::Bridge => "bridge",
+            LinkClass::HostNet => "hostnet",
         }
     }
 }
@@ -261,15 +286,37 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
 
 /// SOL of a collective on the link class it actually ran over (`perf::sol` assumes the
 /// deployment's own fabric; a measured row may have crossed a bridge, PCIe or the network).
+/// A network class with no row topology puts one GPU on each node unless the GPUs outnumber a
+/// node.
 pub fn collective_sol(k: &Kernel, gpu: &GpuSpec, class: LinkClass) -> Sol {
+    let gpus_per_node = gpu.interconnect.gpus_per_node as u64;
+    collective_sol_on(k, gpu, class, if k.num_gpus > gpus_per_node { gpus_per_node } else { 1 })
+}
+
+/// As `collective_sol`, with `per_node` GPUs on each node: the network classes share a node's
+/// NICs among its GPUs' traffic (`perf::sol::scaleout_us`), bounded below by the scale-up
+/// fabric inside the node.
+pub fn collective_sol_on(k: &Kernel, gpu: &GpuSpec, class: LinkClass, per_node: u64) -> Sol {
     let s = sol(k, gpu);
-    let net_us = collective_wire_bytes(k) / class.bytes_per_s(gpu) * 1e6;
+    let wire_us = |c: LinkClass| collective_wire_bytes(k) / c.bytes_per_s(gpu) * 1e6;
+    let net_us = match class {
+        LinkClass::ScaleOut | LinkClass::HostNet => {
+            let inside = if per_node > 1 { wire_us(LinkClass::of(gpu, per_node)) } else { 0.0 };
+            scaleout_us(k, per_node, class.bytes_per_s(gpu)).max(inside)
+        }
+        _ => wire_us(class),
+    };
     Sol { memory_us: net_us, sol_us: net_us.max(s.compute_us), ..s }
 }
 
 /// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
 pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, Sol) {
-    let s = if k.op.is_collective() { collective_sol(k, gpu, LinkClass::of_row(gpu, k.num_gpus, backend)) } else { sol(k, gpu) };
+    let s = if k.op.is_collective() {
+        let class = LinkClass::of_row(gpu, k.num_gpus, backend);
+        collective_sol_on(k, gpu, class, LinkClass::gpus_per_node_of_row(gpu, k.num_gpus, backend))
+    } else {
+        sol(k, gpu)
+    };
     (extract(k, gpu, &s, backend), s)
 }
 

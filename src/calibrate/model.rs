@@ -402,11 +402,12 @@ mod tests {
         base_only.form = Form::BaseOnly;
         let got = base_only.predict_us(&k, &b200, None);
         assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
-        // A 2-GPU bridge row, a class with no training rows, borrows the NVSwitch base (same
-        // NVLink rate), not the PCIe one: 8 us + 1 MiB / (0.8 x 450 GB/s).
+        // A 2-GPU bridge row, a class with no training rows, borrows the NVSwitch base (both
+        // NVLink), not the PCIe one, with SOL on H100's bridge (300 GB/s, not the board's 450):
+        // 8 us + 1 MiB / (0.8 x 300 GB/s).
         k.num_gpus = 2;
         k.bytes = 1 << 20;
-        let expected = 8.0 + (1u64 << 20) as f64 / (0.8 * 450e9) * 1e6;
+        let expected = 8.0 + (1u64 << 20) as f64 / (0.8 * 300e9) * 1e6;
         let got = base_only.predict_us(&k, &h100, Some("pairwise_nvlink"));
         assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
     }
@@ -453,6 +454,38 @@ mod tests {
         k.num_gpus = 2;
         k.bytes = 50_000_000;
         let s = features::collective_sol(&k, &h100, LinkClass::ScaleOut);
+        assert!((s.sol_us - 1000.0).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn network_sol_follows_the_rows_topology() {
+        use crate::hardware::load_gpu;
+        let a100 = load_gpu("a100_sxm").unwrap();
+        let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+        k.bytes = 64 << 20;
+        // Vidur's 16-GPU internode all-reduce spans two nodes of 8: each node sends
+        // 2 * 15/16 * 64 MiB over its 8 NICs of 25 GB/s.
+        k.num_gpus = 16;
+        let (_, s) = features::extract_with_sol(&k, &a100, "vidur/dgx/internode/all_reduce");
+        let expected = 2.0 * 15.0 / 16.0 * (64u64 << 20) as f64 / (8.0 * 25e9) * 1e6;
+        assert!((s.sol_us - expected).abs() < 1e-6, "{} vs {expected}", s.sol_us);
+        // 8 GPUs internode: two nodes of 4, so 4 NICs per node.
+        k.num_gpus = 8;
+        let (_, s) = features::extract_with_sol(&k, &a100, "vidur/dgx/internode/all_reduce");
+        let expected = 2.0 * 7.0 / 8.0 * (64u64 << 20) as f64 / (4.0 * 25e9) * 1e6;
+        assert!((s.sol_us - expected).abs() < 1e-6, "{} vs {expected}", s.sol_us);
+        // The same 8 GPUs in one HGX node run on NVLink (300 GB/s).
+        let (_, s) = features::extract_with_sol(&k, &a100, "nccl");
+        let expected = 2.0 * 7.0 / 8.0 * (64u64 << 20) as f64 / 300e9 * 1e6;
+        assert!((s.sol_us - expected).abs() < 1e-6, "{} vs {expected}", s.sol_us);
+        // A p2p send between two pairwise-NVLink servers: their own network, bounded by the
+        // host PCIe (32 GB/s on A100), not the HGX NIC.
+        let mut p = Kernel::new(Op::P2p, crate::schema::Dtype::Fp16);
+        p.num_gpus = 2;
+        p.bytes = 32_000_000;
+        let backend = "vidur/pairwise_nvlink/internode/send_recv";
+        assert_eq!(LinkClass::of_row(&a100, 2, backend), LinkClass::HostNet);
+        let (_, s) = features::extract_with_sol(&p, &a100, backend);
         assert!((s.sol_us - 1000.0).abs() < 1e-9, "{s:?}");
     }
 

@@ -35,7 +35,8 @@ pub struct Sol {
     pub bound: Bound,
 }
 
-/// Link bandwidth (bytes/s, one direction) a collective over `num_gpus` GPUs runs on.
+/// Link bandwidth (bytes/s, one direction) a collective over `num_gpus` GPUs of one node runs
+/// on; `scaleout_us` times collectives that span nodes.
 pub fn link_bytes_per_s(gpu: &GpuSpec, num_gpus: u64) -> f64 {
     if num_gpus > gpu.interconnect.gpus_per_node as u64 {
         return gpu.interconnect.scaleout_gbps_per_dir * 1e9;
@@ -44,6 +45,23 @@ pub fn link_bytes_per_s(gpu: &GpuSpec, num_gpus: u64) -> f64 {
         LinkKind::Pcie => gpu.interconnect.pcie_gbps_per_dir * 1e9,
         _ => gpu.scaleup_bytes_per_s(),
     }
+}
+
+/// Network time bound (us) of collective `k` spread over nodes of `per_node` GPUs each, every
+/// GPU with its own NIC of `nic_bytes_per_s` (one direction). Ring collectives (all-reduce,
+/// all-gather, reduce-scatter) run one ring per GPU of a node, each crossing the network on its
+/// own NIC: a node sends `collective_wire_bytes` in all, over `per_node` NICs. An all-to-all GPU
+/// sends the share of its message for other nodes, `(n - per_node) / n` of it, on its own NIC.
+/// A p2p send crosses one NIC.
+pub fn scaleout_us(k: &Kernel, per_node: u64, nic_bytes_per_s: f64) -> f64 {
+    let n = k.num_gpus.max(1);
+    let per_node = per_node.clamp(1, n);
+    let bytes = match k.op {
+        Op::AllReduce | Op::AllGather | Op::ReduceScatter => collective_wire_bytes(k) / per_node as f64,
+        Op::AllToAll => (n - per_node) as f64 / n as f64 * k.bytes as f64,
+        _ => collective_wire_bytes(k),
+    };
+    bytes / nic_bytes_per_s * 1e6
 }
 
 /// Bytes each GPU must send for a collective (ring/direct lower bound), nccl-tests size convention.
@@ -69,7 +87,14 @@ pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
     let compute_us = flops / peak * 1e6;
     if k.op.is_collective() {
         let wire = collective_wire_bytes(k);
-        let net_us = wire / link_bytes_per_s(gpu, k.num_gpus) * 1e6;
+        let per_node = gpu.interconnect.gpus_per_node as u64;
+        let net_us = if k.num_gpus > per_node {
+            // Across nodes: the node's NICs, and the scale-up fabric inside each node.
+            let inside = wire / link_bytes_per_s(gpu, per_node) * 1e6;
+            scaleout_us(k, per_node, gpu.interconnect.scaleout_gbps_per_dir * 1e9).max(inside)
+        } else {
+            wire / link_bytes_per_s(gpu, k.num_gpus) * 1e6
+        };
         return Sol { flops, bytes: wire, compute_us, memory_us: net_us, sol_us: net_us.max(compute_us), bound: Bound::Network };
     }
     let bytes = cost::bytes(k);
@@ -100,6 +125,25 @@ mod tests {
         assert_eq!(s.bound, Bound::Memory);
         let expected_us = (8192.0 * 8192.0 + 2.0 * 8192.0) * 2.0 / 4.8e12 * 1e6;
         assert!((s.sol_us - expected_us).abs() < 1e-6);
+    }
+
+    #[test]
+    fn multi_node_all_reduce_shares_the_nodes_nics() {
+        // 16 H100s on two HGX nodes, 64 MiB all-reduce: each node sends 2 * 15/16 * 64 MiB over
+        // its 8 NICs of 50 GB/s = 400 GB/s (not one 50 GB/s NIC per GPU's whole ring traffic);
+        // inside a node the same bytes cross 450 GB/s NVLink, which is not the bound.
+        let g = load_gpu("h100_sxm").unwrap();
+        let mut k = Kernel::new(Op::AllReduce, Dtype::Bf16);
+        k.bytes = 64 << 20;
+        k.num_gpus = 16;
+        let expected_us = 2.0 * 15.0 / 16.0 * (64u64 << 20) as f64 / (8.0 * 50e9) * 1e6;
+        let s = sol(&k, &g);
+        assert!((s.sol_us - expected_us).abs() < 1e-6, "{} vs {expected_us}", s.sol_us);
+        // An all-to-all over the same 16 GPUs: half of each GPU's 64 MiB leaves its node, on
+        // its own 50 GB/s NIC.
+        k.op = Op::AllToAll;
+        let expected_us = 0.5 * (64u64 << 20) as f64 / 50e9 * 1e6;
+        assert!((sol(&k, &g).sol_us - expected_us).abs() < 1e-6);
     }
 
     #[test]
