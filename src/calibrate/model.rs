@@ -89,6 +89,14 @@ pub struct OpModel {
     /// Range of the training targets ln(measured / base): predictions are clamped to it, so a
     /// shape outside the training data never extrapolates past what was measured.
     pub y_range: (f64, f64),
+    /// Collectives: the training targets' range per base key (link class and timing method),
+    /// the clamp for that key's rows. Where several GPUs train, an eager-timed key (one of
+    /// Vidur's cluster profiles) is listed only if at least `MIN_CORRECTION_GPUS` of them
+    /// measured it; a row whose key is not listed gets no correction (the base alone): a
+    /// correction seen on one cluster cannot be told apart from that cluster's identity, and a
+    /// key never measured has no correction at all. None (older files): `y_range` for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction_ranges: Option<BTreeMap<String, (f64, f64)>>,
     /// Median of SOL / measured over the op's training rows (the `Roofline` form's efficiency).
     #[serde(default = "one")]
     pub median_efficiency: f64,
@@ -146,6 +154,10 @@ fn class_key(class: LinkClass, eager: bool) -> String {
 /// the library must be measured on at least two of them: a base seen on one GPU only (Vidur's
 /// cluster profiles) describes that cluster, not the library.
 const MIN_LIBRARY_BASE_ROWS: usize = 20;
+
+/// Fewest training GPUs of an eager-timed collective base key for its rows to get the tree
+/// correction (when the model trains on that many GPUs at all).
+pub const MIN_CORRECTION_GPUS: usize = 2;
 
 fn library_key(class_key: &str, backend: &str) -> String {
     format!("{class_key}|{backend}")
@@ -235,14 +247,26 @@ impl OpModel {
         let median_efficiency = median(&mut effs).unwrap_or(1.0).max(1e-6);
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
-        for (feat, s, m, _) in &prepared {
+        let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
+        for (feat, s, m, key) in &prepared {
             let base = base_of(m, s.sol_us);
             x.push(with_backend(feat.clone(), &backends, &m.backend));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
-            y.push((m.latency_us.max(s.sol_us) / base).ln());
+            let t = (m.latency_us.max(s.sol_us) / base).ln();
+            y.push(t);
+            let e = key_ranges.entry(key.as_str()).or_insert(((f64::INFINITY, f64::NEG_INFINITY), BTreeSet::new()));
+            e.0 = (e.0 .0.min(t), e.0 .1.max(t));
+            e.1.insert(m.gpu.as_str());
         }
         let gbdt = Gbdt::fit(&x, &y, &params.gbdt);
         let y_range = y.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+        let correction_ranges = op.is_collective().then(|| {
+            key_ranges
+                .into_iter()
+                .filter(|(k, (_, gpus))| !k.ends_with("/eager") || gpus.len() >= MIN_CORRECTION_GPUS.min(train_gpu_count))
+                .map(|(k, (r, _))| (k.to_string(), r))
+                .collect::<BTreeMap<String, (f64, f64)>>()
+        });
         let mut names: Vec<String> = features::names(op).iter().map(|s| s.to_string()).collect();
         names.extend(backends.iter().map(|b| format!("backend={b}")));
         let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -256,6 +280,7 @@ impl OpModel {
             features: names,
             gbdt,
             y_range,
+            correction_ranges,
             median_efficiency,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
@@ -269,7 +294,16 @@ impl OpModel {
         let base =
             base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
         let y = match self.form {
-            Form::Learned => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(self.y_range.0, self.y_range.1),
+            Form::Learned => {
+                let range = match &self.correction_ranges {
+                    None => Some(self.y_range),
+                    Some(ranges) => ranges.get(&base_key(self.op, gpu, k, backend)).copied(),
+                };
+                match range {
+                    Some((lo, hi)) => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(lo, hi),
+                    None => 0.0,
+                }
+            }
             Form::BaseOnly => 0.0,
             Form::Roofline => {
                 // As `perf::roofline`, with this op's own efficiency.
@@ -487,6 +521,55 @@ mod tests {
         assert_eq!(LinkClass::of_row(&a100, 2, backend), LinkClass::HostNet);
         let (_, s) = features::extract_with_sol(&p, &a100, backend);
         assert!((s.sol_us - 1000.0).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn a_correction_seen_on_one_cluster_is_not_applied() {
+        use crate::hardware::load_gpu;
+        // NCCL rows on H100 and B200 and eager (Vidur) rows on H100 only, all over NVSwitch.
+        // Both populations carry a size-dependent factor the base cannot express.
+        let specs = [load_gpu("h100_sxm").unwrap(), load_gpu("b200_sxm").unwrap()];
+        let spec = |g: &str| specs.iter().find(|s| s.id == g).unwrap();
+        let mut rows = Vec::new();
+        for g in &specs {
+            for p in 10..=28 {
+                for (backend, lat) in [("nccl", 10.0), ("vidur/dgx/all_reduce", 40.0)] {
+                    if backend.starts_with("vidur") && g.id != "h100_sxm" {
+                        continue;
+                    }
+                    let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+                    k.num_gpus = 8;
+                    k.bytes = 1u64 << p;
+                    let sol_us = features::extract_with_sol(&k, g, backend).1.sol_us;
+                    let bump = if p % 2 == 0 { 1.3 } else { 1.0 };
+                    rows.push(Measurement {
+                        kernel: k,
+                        gpu: g.id.clone(),
+                        backend: backend.into(),
+                        source: "s".into(),
+                        latency_us: (lat + 1.25 * sol_us) * bump,
+                    });
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let m = OpModel::fit(Op::AllReduce, &refs, &spec, &FitParams::default());
+        let ranges = m.correction_ranges.as_ref().expect("collectives list their ranges");
+        assert!(ranges.contains_key("scaleup"), "{ranges:?}");
+        assert!(!ranges.contains_key("scaleup/eager"), "{ranges:?}");
+        // The eager row is predicted by its base alone; the NCCL row gets its correction.
+        let mut base_only = m.clone();
+        base_only.form = Form::BaseOnly;
+        let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+        k.num_gpus = 8;
+        k.bytes = 1 << 20;
+        let eager = Some("vidur/dgx/all_reduce");
+        assert_eq!(m.predict_us(&k, &specs[0], eager), base_only.predict_us(&k, &specs[0], eager));
+        assert_ne!(m.predict_us(&k, &specs[0], Some("nccl")), base_only.predict_us(&k, &specs[0], Some("nccl")));
+        // Fitted on one GPU (the target tier), every key keeps its correction.
+        let own: Vec<&Measurement> = rows.iter().filter(|m| m.gpu == "h100_sxm").collect();
+        let t = OpModel::fit(Op::AllReduce, &own, &spec, &FitParams::default());
+        assert!(t.correction_ranges.unwrap().contains_key("scaleup/eager"));
     }
 
     #[test]
