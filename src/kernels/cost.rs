@@ -48,6 +48,54 @@ pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
     e * (1.0 - (1.0 - 1.0 / e).powf(assignments))
 }
 
+/// Geometry of a whole MLA module (DeepSeek-V2/V3 attention block, hidden states in, hidden
+/// states out): the attention core of an `mla_prefill` / `mla_decode` kernel plus its
+/// projections. Used for measurements that time the module (aiconfigurator's
+/// `mla_*_module_perf` tables); the step graph emits the projections as GEMMs of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlaModule {
+    pub hidden: u64,
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub qk_rope_head_dim: u64,
+    pub v_head_dim: u64,
+}
+
+impl MlaModule {
+    /// DeepSeek-V3 (`deepseek-ai/DeepSeek-V3` config.json), the model of every module table.
+    pub const DEEPSEEK_V3: MlaModule =
+        MlaModule { hidden: 7168, q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128 };
+
+    /// The projection GEMMs around the attention core `k` (heads = `k.num_heads`, the heads
+    /// on this GPU), each with the number of times it runs, linear weights in `weights`:
+    /// the fused q_a + kv_a down-projection (replicated, not split by heads), q_b, o_proj and
+    /// the latent up-projection. Prefill decompresses every key's latent with kv_b (MHA form);
+    /// decode runs absorbed: per head a `[tokens, nope] x [nope, kv_lora]` (W_UK) and a
+    /// `[tokens, kv_lora] x [kv_lora, v]` (W_UV) batched GEMM whose weights vLLM keeps in the
+    /// activation dtype (dequantized at load). Norms and RoPE are left out: elementwise, a few
+    /// tokens x 2k bytes each.
+    pub fn projections(&self, k: &Kernel, weights: Dtype) -> Vec<(Kernel, u64)> {
+        let h = k.num_heads;
+        let decode = k.op == Op::MlaDecode;
+        let tokens = if decode { k.batch } else { k.batch * k.seq_len };
+        let mut v = vec![
+            (Kernel::gemm(weights, tokens, self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim, self.hidden), 1),
+            (Kernel::gemm(weights, tokens, h * (self.qk_nope_head_dim + self.qk_rope_head_dim), self.q_lora_rank), 1),
+            (Kernel::gemm(weights, tokens, self.hidden, h * self.v_head_dim), 1),
+        ];
+        if decode {
+            let a = if k.dtype.is_quantized() { Dtype::Bf16 } else { k.dtype };
+            v.push((Kernel::gemm(a, tokens, self.kv_lora_rank, self.qk_nope_head_dim), h));
+            v.push((Kernel::gemm(a, tokens, self.v_head_dim, self.kv_lora_rank), h));
+        } else {
+            let keys = k.batch * (k.kv_len + k.seq_len);
+            v.push((Kernel::gemm(weights, keys, h * (self.qk_nope_head_dim + self.v_head_dim), self.kv_lora_rank), 1));
+        }
+        v
+    }
+}
+
 pub fn flops(k: &Kernel) -> f64 {
     let f = |x: u64| x as f64;
     match k.op {
@@ -192,6 +240,28 @@ mod tests {
         // DeepSeek-V3: QK over 192 dims, PV over 128, per head and causal pair.
         let pairs = 1024.0 * 1025.0 / 2.0;
         assert_eq!(flops(&k), 2.0 * 128.0 * (192.0 + 128.0) * pairs);
+    }
+
+    #[test]
+    fn mla_module_projections_of_deepseek_v3() {
+        // Decode, 4 sequences, 16 heads, bf16 linears. Per token: fused q_a+kv_a 7168 x 2112,
+        // q_b 1536 x 16*192, o_proj 16*128 x 7168, absorbed W_UK / W_UV 16 x (128 x 512) each.
+        let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
+        (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (4, 1024, 16, 1, 576);
+        let p = MlaModule::DEEPSEEK_V3.projections(&k, Dtype::Bf16);
+        let fl: f64 = p.iter().map(|(g, n)| flops(g) * *n as f64).sum();
+        let per_token = 7168.0 * 2112.0 + 1536.0 * 3072.0 + 2048.0 * 7168.0 + 2.0 * 16.0 * 128.0 * 512.0;
+        assert_eq!(fl, 2.0 * 4.0 * per_token);
+        let weights: f64 = p.iter().map(|(g, n)| (g.k * g.n * *n) as f64).sum();
+        assert_eq!(weights, per_token);
+        // Prefill decompresses each key's latent with kv_b (512 x 16*256): same per-token
+        // weight count; fp8 linears halve the weight bytes of q_a, q_b, o and kv_b.
+        let mut k = Kernel::new(Op::MlaPrefill, Dtype::Bf16);
+        (k.batch, k.seq_len, k.num_heads, k.num_kv_heads, k.head_dim) = (2, 512, 16, 1, 576);
+        let p = MlaModule::DEEPSEEK_V3.projections(&k, Dtype::Fp8);
+        let fl: f64 = p.iter().map(|(g, n)| flops(g) * *n as f64).sum();
+        assert_eq!(fl, 2.0 * 1024.0 * per_token);
+        assert!(p.iter().all(|(g, _)| g.dtype == Dtype::Fp8));
     }
 
     #[test]

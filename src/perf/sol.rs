@@ -103,6 +103,25 @@ pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
     Sol { flops, bytes, compute_us, memory_us, sol_us: compute_us.max(memory_us), bound }
 }
 
+/// SOL of a whole MLA module (attention core `k` plus the projections of `module` with linear
+/// weights in `weights`, see `cost::MlaModule`): the parts run one after another, so the bound
+/// is the sum of each part's own bound; flops, bytes and the compute and memory times are sums
+/// too, and `bound` names the larger total.
+pub fn mla_module_sol(k: &Kernel, gpu: &GpuSpec, module: &cost::MlaModule, weights: crate::schema::Dtype) -> Sol {
+    let mut s = sol(k, gpu);
+    for (g, n) in module.projections(k, weights) {
+        let p = sol(&g, gpu);
+        let n = n as f64;
+        s.flops += n * p.flops;
+        s.bytes += n * p.bytes;
+        s.compute_us += n * p.compute_us;
+        s.memory_us += n * p.memory_us;
+        s.sol_us += n * p.sol_us;
+    }
+    s.bound = if s.compute_us >= s.memory_us { Bound::Compute } else { Bound::Memory };
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +163,27 @@ mod tests {
         k.op = Op::AllToAll;
         let expected_us = 0.5 * (64u64 << 20) as f64 / 50e9 * 1e6;
         assert!((sol(&k, &g).sol_us - expected_us).abs() < 1e-6);
+    }
+
+    #[test]
+    fn mla_module_sol_adds_the_projection_weights() {
+        // DeepSeek-V3 MLA decode module, 1 sequence, 128 heads, bf16, on H200: the attention
+        // core reads 1024 x 576 latent bytes; the projections read 187.1 M bf16 weights
+        // (7168 x 2112 + 1536 x 24576 + 16384 x 7168 + 2 x 128 x 128 x 512), which dominate.
+        let g = load_gpu("h200_sxm").unwrap();
+        let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
+        (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (1, 1024, 128, 1, 576);
+        let core = sol(&k, &g);
+        let m = mla_module_sol(&k, &g, &cost::MlaModule::DEEPSEEK_V3, Dtype::Bf16);
+        let weights = 7168.0 * 2112.0 + 1536.0 * 24576.0 + 16384.0 * 7168.0 + 2.0 * 128.0 * 128.0 * 512.0;
+        assert_eq!(weights, 187_105_280.0);
+        let w_us = weights * 2.0 / 4.8e12 * 1e6;
+        assert!(m.sol_us - core.sol_us > w_us && m.sol_us - core.sol_us < 1.01 * w_us, "{m:?} {w_us}");
+        assert_eq!(m.bound, Bound::Memory);
+        // fp8 linears: the absorbed W_UK / W_UV stay bf16, the rest is halved.
+        let f = mla_module_sol(&k, &g, &cost::MlaModule::DEEPSEEK_V3, Dtype::Fp8);
+        let w8_us = ((weights - 2.0 * 128.0 * 65536.0) + 2.0 * 2.0 * 128.0 * 65536.0) / 4.8e12 * 1e6;
+        assert!(f.sol_us - core.sol_us > w8_us && f.sol_us - core.sol_us < 1.01 * w8_us, "{f:?} {w8_us}");
     }
 
     #[test]
