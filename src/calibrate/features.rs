@@ -4,8 +4,9 @@
 //! on ratios, not absolute magnitudes.
 
 use crate::hardware::{GpuSpec, LinkKind};
-use crate::perf::sol::{collective_wire_bytes, scaleout_us, sol, Sol};
-use crate::schema::{Kernel, Op};
+use crate::kernels::cost::MlaModule;
+use crate::perf::sol::{collective_wire_bytes, mla_module_sol, scaleout_us, sol, Sol};
+use crate::schema::{Dtype, Kernel, Op};
 
 /// The class of link a collective runs over: the scale-up fabric (NVLink through NVSwitch, or
 /// the GPU's only link when that is PCIe), an NVLink bridge joining one pair of PCIe cards, PCIe,
@@ -115,6 +116,44 @@ pub fn is_eager_kernel_timed(backend: &str) -> bool {
     backend.split('/').next() == Some("vidur")
 }
 
+/// Linear-weight format of an MLA row that times the whole module (backend segment
+/// `module_gemm_<type>`, see `ingest::aiconfigurator`); None for attention-core rows.
+pub fn mla_module_weights(op: Op, backend: &str) -> Option<Dtype> {
+    if !matches!(op, Op::MlaPrefill | Op::MlaDecode) {
+        return None;
+    }
+    let t = backend.split('/').find_map(|s| s.strip_prefix("module_gemm_"))?;
+    Some(match t {
+        "fp8_block" | "fp8" | "fp8_static" => Dtype::Fp8,
+        "nvfp4" | "fp4" => Dtype::Fp4,
+        other => other.parse().unwrap_or(Dtype::Bf16),
+    })
+}
+
+/// The measurement path of an MLA row, each with its own fitted base: `core` (attention kernel
+/// alone), `module` (whole module, projections and norms included), or `module/norm_<how>`
+/// where the collector ran the module's RMSNorms another way than the other GPUs' tables did
+/// (upstream's `norm_dispatch` deviation, carried in the backend as `/norm_<how>`).
+pub fn mla_path(backend: &str) -> String {
+    if !backend.split('/').any(|s| s.starts_with("module_gemm_")) {
+        return "core".to_string();
+    }
+    match backend.split('/').find(|s| s.starts_with("norm_")) {
+        Some(n) => format!("module/{n}"),
+        None => "module".to_string(),
+    }
+}
+
+/// The backend as the learned correction sees it (its one-hot category): an MLA row's norm
+/// path is held by its base (`mla_path`), so the same module kernels measured with either norm
+/// path share one category.
+pub fn backend_category(op: Op, backend: &str) -> String {
+    if matches!(op, Op::MlaPrefill | Op::MlaDecode) && backend.contains("/norm_") {
+        return backend.split('/').filter(|s| !s.starts_with("norm_")).collect::<Vec<_>>().join("/");
+    }
+    backend.to_string()
+}
+
 fn lg(x: f64) -> f64 {
     x.max(1e-12).log2()
 }
@@ -156,20 +195,39 @@ pub fn names(op: Op) -> Vec<&'static str> {
         "lg_sm_count",
         "lg_watts_per_bf16_tflops",
     ];
+    if !has_spec_features(op) {
+        v.truncate(4);
+    }
     v.extend(op_names(op));
     v
+}
+
+/// Whether an op's correction sees the spec-sheet figures themselves (peak, bandwidth, SMs,
+/// power). MLA does not: its rows come from six GPUs that each ran their own kernel set
+/// (Triton on A100 and L40S, FlashMLA on Hopper, FlashInfer on Blackwell), so those figures
+/// name the GPU rather than describe it; it keeps the hardware-normalized ratios.
+fn has_spec_features(op: Op) -> bool {
+    !matches!(op, Op::MlaPrefill | Op::MlaDecode)
 }
 
 fn op_names(op: Op) -> Vec<&'static str> {
     match op {
         Op::Gemm => vec!["lg_m", "lg_n", "lg_k", "lg_waves_128", "fill_128", "lg_waves_64", "fill_64", "lg_m_per_sm"],
-        Op::AttnPrefill | Op::MlaPrefill => vec![
+        Op::AttnPrefill => vec![
             "lg_batch", "lg_seq_len", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
             "lg_kv_dtype_bytes", "lg_waves_128", "fill_128",
         ],
-        Op::AttnDecode | Op::MlaDecode => vec![
+        Op::MlaPrefill => vec![
+            "lg_batch", "lg_seq_len", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
+            "lg_kv_dtype_bytes", "lg_waves_128", "fill_128", "projection_sol_share",
+        ],
+        Op::AttnDecode => vec![
             "lg_batch", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
             "lg_kv_dtype_bytes", "lg_ctas_per_sm", "lg_kv_bytes_per_seq",
+        ],
+        Op::MlaDecode => vec![
+            "lg_batch", "lg_kv_len", "lg_heads", "lg_gqa", "lg_head_dim", "lg_window",
+            "lg_kv_dtype_bytes", "lg_ctas_per_sm", "lg_kv_bytes_per_seq", "projection_sol_share",
         ],
         Op::Moe => vec![
             "lg_tokens", "lg_hidden", "lg_inter", "lg_topk", "lg_experts", "lg_tp", "lg_ep",
@@ -206,6 +264,9 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
         // Power headroom: GPUs with few watts per peak FLOP throttle on heavy kernels.
         lg(gpu.tdp_w / gpu.peak.bf16_tflops),
     ];
+    if !has_spec_features(k.op) {
+        v.truncate(4);
+    }
     let gqa = |k: &Kernel| k.num_heads as f64 / k.num_kv_heads.max(1) as f64;
     match k.op {
         Op::Gemm => {
@@ -281,6 +342,10 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
             ]);
         }
     }
+    if matches!(k.op, Op::MlaPrefill | Op::MlaDecode) {
+        // Share of the bound in the module's projections (0 for attention-core rows).
+        v.push((1.0 - sol(k, gpu).sol_us / s.sol_us.max(1e-12)).clamp(0.0, 1.0));
+    }
     v
 }
 
@@ -311,13 +376,21 @@ pub fn collective_sol_on(k: &Kernel, gpu: &GpuSpec, class: LinkClass, per_node: 
 
 /// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
 pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, Sol) {
-    let s = if k.op.is_collective() {
+    let s = row_sol(k, gpu, backend);
+    (extract(k, gpu, &s, backend), s)
+}
+
+/// SOL of a measured row from its provenance: a collective on the link class it ran over, an
+/// MLA module row with its projections (`mla_module_weights`), anything else `perf::sol`.
+pub fn row_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> Sol {
+    if k.op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         collective_sol_on(k, gpu, class, LinkClass::gpus_per_node_of_row(gpu, k.num_gpus, backend))
+    } else if let Some(w) = mla_module_weights(k.op, backend) {
+        mla_module_sol(k, gpu, &MlaModule::DEEPSEEK_V3, w)
     } else {
         sol(k, gpu)
-    };
-    (extract(k, gpu, &s, backend), s)
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +429,34 @@ mod tests {
             assert_eq!(x.len(), names(op).len(), "{op}");
             assert!(x.iter().all(|v| v.is_finite()), "{op}: {x:?}");
         }
+    }
+
+    #[test]
+    fn mla_module_rows_are_known_by_their_backend() {
+        let b = "vllm/module_gemm_fp8_block/norm_vllm_c_eager_surrogate/FLASHINFER_MLA";
+        assert_eq!(mla_module_weights(Op::MlaDecode, b), Some(Dtype::Fp8));
+        assert_eq!(mla_module_weights(Op::MlaPrefill, "vllm/module_gemm_nvfp4/FLASH_ATTN"), Some(Dtype::Fp4));
+        assert_eq!(mla_module_weights(Op::MlaPrefill, "vllm/module_gemm_bfloat16/FLASH_ATTN"), Some(Dtype::Bf16));
+        assert_eq!(mla_module_weights(Op::MlaDecode, "vllm/vllm_flashmla"), None);
+        assert_eq!(mla_module_weights(Op::Gemm, "vllm/module_gemm_bfloat16"), None);
+        assert_eq!(mla_path(b), "module/norm_vllm_c_eager_surrogate");
+        assert_eq!(mla_path("vllm/module_gemm_bfloat16/FLASH_ATTN"), "module");
+        assert_eq!(mla_path("vllm/vllm_flashmla"), "core");
+        assert_eq!(backend_category(Op::MlaDecode, b), "vllm/module_gemm_fp8_block/FLASHINFER_MLA");
+        assert_eq!(backend_category(Op::AllReduce, "x/norm_y"), "x/norm_y");
+        // A module row's SOL is the module's, the core's is perf::sol; the projection share
+        // feature says which.
+        let g = load_gpu("h200_sxm").unwrap();
+        let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
+        (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (1, 1024, 128, 1, 576);
+        let (xm, sm) = extract_with_sol(&k, &g, "vllm/module_gemm_bfloat16/FLASHMLA");
+        let (xc, sc) = extract_with_sol(&k, &g, "vllm/vllm_flashmla");
+        assert!(sm.sol_us > 50.0 * sc.sol_us, "{sm:?} {sc:?}");
+        let i = names(Op::MlaDecode).iter().position(|n| *n == "projection_sol_share").unwrap();
+        assert!(xm[i] > 0.98 && xc[i] == 0.0, "{} {}", xm[i], xc[i]);
+        // MLA features carry no spec-sheet figures.
+        assert!(!names(Op::MlaDecode).contains(&"lg_peak_tflops"));
+        assert!(names(Op::AttnDecode).contains(&"lg_peak_tflops"));
     }
 
     #[test]

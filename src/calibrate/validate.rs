@@ -61,7 +61,11 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
         let rows: Vec<ValRow> = test
             .par_iter()
             .flat_map_iter(|m| {
-                let s = sol(&m.kernel, gpu).sol_us;
+                // An MLA module row's SOL includes its projections.
+                let s = match super::features::mla_module_weights(m.kernel.op, &m.backend) {
+                    Some(_) => super::features::row_sol(&m.kernel, gpu, &m.backend).sol_us,
+                    None => sol(&m.kernel, gpu).sol_us,
+                };
                 let row = |tier: Tier, predicted_us: f64| ValRow {
                     tier,
                     gpu: g.clone(),
