@@ -32,12 +32,21 @@ impl Base {
     /// no kernel beats SOL on average), and the pair with the smallest median absolute log error
     /// wins. Medians keep a few pathological measurements from dragging the base.
     pub fn fit(points: &[(f64, f64)]) -> Base {
+        Self::fit_with(points, None)
+    }
+
+    /// As `fit` with the efficiency term given (`Some(c)`): only the latency is fitted, on a
+    /// finer grid (eight steps per octave from 1 us to 256 us): with one free parameter the
+    /// latency can be resolved as finely as a launch chain's cost differs between two paths.
+    pub fn fit_with(points: &[(f64, f64)], inv_efficiency: Option<f64>) -> Base {
         const FLOORS_US: [f64; 14] = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0];
-        let mut best = Base { latency_us: FLOORS_US[0], inv_efficiency: 1.0 };
+        let fine: Vec<f64> = (0..=64).map(|i| 2f64.powf(i as f64 / 8.0)).collect();
+        let floors: &[f64] = if inv_efficiency.is_some() { &fine } else { &FLOORS_US };
+        let mut best = Base { latency_us: floors[0], inv_efficiency: 1.0 };
         let mut best_err = f64::INFINITY;
-        for l in FLOORS_US {
+        for &l in floors {
             let mut ratios: Vec<f64> = points.iter().filter(|(s, t)| *t > l && *s > 0.0).map(|(s, t)| (t - l) / s).collect();
-            let c = median(&mut ratios).unwrap_or(1.0).max(1.0);
+            let c = inv_efficiency.unwrap_or_else(|| median(&mut ratios).unwrap_or(1.0).max(1.0));
             let mut errs: Vec<f64> = points.iter().map(|(s, t)| ((l + c * s) / t).ln().abs()).collect();
             let err = median(&mut errs).unwrap_or(f64::INFINITY);
             if err < best_err {
@@ -102,6 +111,19 @@ pub struct OpModel {
     pub median_efficiency: f64,
     pub train_rows: usize,
     pub train_gpus: Vec<String>,
+    /// Models of the rows of another measurement path, by path: MLA rows that time the whole
+    /// module (`module`) get bases, vocabulary and trees of their own, apart from the
+    /// attention-core rows this model holds, so that neither path's corrections reach the
+    /// other (their times differ by the projections and their kernels by vendor). Empty for
+    /// every other op.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_path: BTreeMap<String, OpModel>,
+}
+
+/// The model path of an MLA row (`OpModel::by_path` key): `module` for whole-module rows, None
+/// for attention-core rows and every other op.
+fn model_path(op: Op, backend: &str) -> Option<&'static str> {
+    features::mla_module_weights(op, backend).map(|_| "module")
 }
 
 fn one() -> f64 {
@@ -126,13 +148,17 @@ impl Default for FitParams {
 }
 
 /// Which base a row is fitted with: collectives per link class and timing method (eager
-/// kernel timing adds the ranks' launch skew to the latency term); streaming elementwise ops
-/// per DRAM technology (GDDR cards reach a larger fraction of their spec bandwidth in these
-/// kernels than HBM GPUs: A40 about 1.5x H100's, while A100 and H100 agree within 15 %);
+/// kernel timing adds the ranks' launch skew to the latency term); MLA per measurement path
+/// (attention core, whole module, module with another norm dispatch: `features::mla_path`);
+/// streaming elementwise ops per DRAM technology (GDDR cards reach a larger fraction of their
+/// spec bandwidth in these kernels than HBM GPUs: A40 about 1.5x H100's, while A100 and H100
+/// agree within 15 %);
 /// everything else one base.
 fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> String {
     if op.is_collective() {
         class_key(LinkClass::of_row(gpu, k.num_gpus, backend), features::is_eager_kernel_timed(backend))
+    } else if matches!(op, Op::MlaPrefill | Op::MlaDecode) {
+        features::mla_path(backend)
     } else if op.class() == "elementwise" {
         gpu.memory.dram.as_str().to_string()
     } else {
@@ -168,12 +194,17 @@ fn library_key(class_key: &str, backend: &str) -> String {
 /// then the base of all rows.
 fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
     let own = base_key(op, gpu, k, backend);
-    let mut keys = if op.is_collective() { vec![library_key(&own, backend), own] } else { vec![own] };
+    let mut keys = if op.is_collective() { vec![library_key(&own, backend), own.clone()] } else { vec![own.clone()] };
     if op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         let eager = features::is_eager_kernel_timed(backend);
         keys.extend(class.nearest().map(|c| class_key(c, eager)));
         keys.push(class_key(class, !eager));
+    }
+    // A module path no training GPU measured (another norm dispatch) uses the plain module
+    // base: the same work, timed the way most module tables were.
+    if own.starts_with("module/") {
+        keys.push("module".to_string());
     }
     keys.push("all".to_string());
     keys
@@ -186,8 +217,23 @@ fn is_native(gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
 }
 
 impl OpModel {
-    /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec.
+    /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. MLA rows
+    /// of the two measurement paths (attention core, whole module) are fitted apart when both
+    /// are present: the core rows make this model, the module rows `by_path["module"]`.
     pub fn fit<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
+        let (module, core): (Vec<&Measurement>, Vec<&Measurement>) =
+            rows.iter().partition(|m| model_path(op, &m.backend).is_some());
+        if module.is_empty() || core.is_empty() {
+            return Self::fit_path(op, rows, spec, params);
+        }
+        let mut m = Self::fit_path(op, &core, spec, params);
+        m.by_path.insert("module".to_string(), Self::fit_path(op, &module, spec, params));
+        m.train_rows = rows.len();
+        m.train_gpus = rows.iter().map(|r| r.gpu.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        m
+    }
+
+    fn fit_path<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
         let mut rows: Vec<&Measurement> = rows.to_vec();
         if rows.len() > params.max_rows {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.gbdt.seed);
@@ -209,6 +255,8 @@ impl OpModel {
             by_key.entry(key.clone()).or_default().push(pt);
             if key != "all" {
                 by_key.entry("all".to_string()).or_default().push(pt);
+            }
+            if key != "all" && op.is_collective() {
                 let lib = library_key(key, &m.backend);
                 library_gpus.entry(lib.clone()).or_default().insert(m.gpu.as_str());
                 by_key.entry(lib).or_default().push(pt);
@@ -218,18 +266,29 @@ impl OpModel {
         by_key.retain(|k, pts| {
             !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= train_gpu_count.min(2))
         });
-        let bases: BTreeMap<String, Base> = by_key.into_iter().map(|(k, pts)| (k, Base::fit(&pts))).collect();
+        let mut bases: BTreeMap<String, Base> = by_key.iter().map(|(k, pts)| (k.clone(), Base::fit(pts))).collect();
+        // An MLA module path with another norm dispatch differs from the plain module path by
+        // the launches of the norm chain: on identical shapes B200 (vllm_c eager norms) is
+        // 37-41 us faster than GB200 (native chain) from 1 to 128 heads. Where both paths
+        // train, it keeps the plain path's efficiency and fits only its own latency, so the
+        // trees' targets mean the same on both paths.
+        if let Some(c) = bases.get("module").map(|b| b.inv_efficiency) {
+            for (k, pts) in by_key.iter().filter(|(k, _)| k.starts_with("module/")) {
+                bases.insert(k.clone(), Base::fit_with(pts, Some(c)));
+            }
+        }
         let base_of = |m: &Measurement, sol_us: f64| {
             base_keys(op, spec(&m.gpu), &m.kernel, &m.backend).iter().find_map(|k| bases.get(k)).map(|b| b.time_us(sol_us)).unwrap_or(sol_us)
         };
 
         // Vocabulary over every training row; the default backend among this op's own rows
         // (collectives: those on their GPU's own fabric, benchmark-timed, where there are any).
+        let categories: Vec<String> = rows.iter().map(|m| features::backend_category(op, &m.backend)).collect();
         let mut backend_counts: BTreeMap<&str, usize> = BTreeMap::new();
         let mut own_counts: BTreeMap<&str, usize> = BTreeMap::new();
         let mut native_counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for m in &rows {
-            *backend_counts.entry(m.backend.as_str()).or_insert(0) += 1;
+        for (m, c) in rows.iter().zip(&categories) {
+            *backend_counts.entry(c.as_str()).or_insert(0) += 1;
             if m.kernel.op == op {
                 *own_counts.entry(m.backend.as_str()).or_insert(0) += 1;
                 if op.is_collective() && is_native(spec(&m.gpu), &m.kernel, &m.backend) {
@@ -250,7 +309,7 @@ impl OpModel {
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
         for (feat, s, m, key) in &prepared {
             let base = base_of(m, s.sol_us);
-            x.push(with_backend(feat.clone(), &backends, &m.backend));
+            x.push(with_backend(feat.clone(), &backends, &features::backend_category(op, &m.backend)));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
             let t = (m.latency_us.max(s.sol_us) / base).ln();
             y.push(t);
@@ -284,23 +343,33 @@ impl OpModel {
             median_efficiency,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
+            by_path: BTreeMap::new(),
         }
     }
 
     /// Predicted time of `k` on `gpu` with `backend` (None = the default one), never below SOL.
     pub fn predict_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+        self.predict_in_form(self.form, k, gpu, backend)
+    }
+
+    /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
+    fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
         let backend = backend.unwrap_or(&self.default_backend);
+        if let Some(sub) = model_path(self.op, backend).and_then(|p| self.by_path.get(p)) {
+            return sub.predict_in_form(form, k, gpu, Some(backend));
+        }
         let (feat, s) = features::extract_with_sol(k, gpu, backend);
         let base =
             base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
-        let y = match self.form {
+        let y = match form {
             Form::Learned => {
                 let range = match &self.correction_ranges {
                     None => Some(self.y_range),
                     Some(ranges) => ranges.get(&base_key(self.op, gpu, k, backend)).copied(),
                 };
+                let category = features::backend_category(self.op, backend);
                 match range {
-                    Some((lo, hi)) => self.gbdt.predict(&with_backend(feat, &self.backends, backend)).clamp(lo, hi),
+                    Some((lo, hi)) => self.gbdt.predict(&with_backend(feat, &self.backends, &category)).clamp(lo, hi),
                     None => 0.0,
                 }
             }
@@ -570,6 +639,61 @@ mod tests {
         let own: Vec<&Measurement> = rows.iter().filter(|m| m.gpu == "h100_sxm").collect();
         let t = OpModel::fit(Op::AllReduce, &own, &spec, &FitParams::default());
         assert!(t.correction_ranges.unwrap().contains_key("scaleup/eager"));
+    }
+
+    #[test]
+    fn mla_module_rows_get_their_own_model_and_norm_path_latency() {
+        use crate::hardware::load_gpu;
+        use crate::schema::Dtype;
+        // mla_decode on H200: attention-core rows t = 20 us + 4 x SOL; whole-module rows
+        // (native norm chain) t = 80 us + 2 x module SOL; module rows with eager vllm_c norms
+        // 40 us faster at every shape.
+        let g = load_gpu("h200_sxm").unwrap();
+        let mut rows = Vec::new();
+        for b in [1u64, 4, 16, 64, 256] {
+            for kv in [1024u64, 4096, 16384] {
+                for h in [1u64, 16, 128] {
+                    let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
+                    (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (b, kv, h, 1, 576);
+                    let core = crate::perf::sol::sol(&k, &g).sol_us;
+                    let module = features::row_sol(&k, &g, "vllm/module_gemm_bfloat16/K").sol_us;
+                    let row = |backend: &str, latency_us: f64| Measurement {
+                        kernel: k.clone(),
+                        gpu: "h200_sxm".into(),
+                        backend: backend.into(),
+                        source: "s".into(),
+                        latency_us,
+                    };
+                    rows.push(row("vllm/core_kernel", 20.0 + 4.0 * core));
+                    rows.push(row("vllm/module_gemm_bfloat16/K", 80.0 + 2.0 * module));
+                    rows.push(row("vllm/module_gemm_bfloat16/norm_vllm_c/K", 40.0 + 2.0 * module));
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let m = OpModel::fit(Op::MlaDecode, &refs, &|_| &g, &FitParams::default());
+        // The core rows make the model itself, with a core base and a core default backend
+        // (the step graph's MLA kernel is the attention core).
+        assert_eq!(m.default_backend, "vllm/core_kernel");
+        assert!(m.bases.keys().all(|k| k == "core" || k == "all"), "{:?}", m.bases);
+        let sub = &m.by_path["module"];
+        // The norm path keeps the module efficiency and fits its own latency, about 40 us
+        // lower (the plain module latency sits on the coarse floor grid, 64 us here).
+        let norm = sub.bases["module/norm_vllm_c"];
+        assert_eq!(norm.inv_efficiency, sub.bases["module"].inv_efficiency);
+        let drop = sub.bases["module"].latency_us - norm.latency_us;
+        assert!((20.0..=60.0).contains(&drop), "{:?}", sub.bases);
+        // Its one-hot category is the plain module kernel's: the path lives in the base.
+        assert!(!sub.backends.iter().any(|b| b.contains("norm_")), "{:?}", sub.backends);
+        // Predictions follow each row's path.
+        let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
+        (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (16, 4096, 16, 1, 576);
+        let module = features::row_sol(&k, &g, "vllm/module_gemm_bfloat16/K").sol_us;
+        let p = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
+        assert!((p / (80.0 + 2.0 * module) - 1.0).abs() < 0.1, "{p} vs {}", 80.0 + 2.0 * module);
+        let core = crate::perf::sol::sol(&k, &g).sol_us;
+        let p = m.predict_us(&k, &g, None);
+        assert!((p / (20.0 + 4.0 * core) - 1.0).abs() < 0.1, "{p} vs {}", 20.0 + 4.0 * core);
     }
 
     #[test]

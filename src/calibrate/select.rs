@@ -76,6 +76,9 @@ pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str
     model.inner_check = check;
     if model.form != Form::Learned {
         model.gbdt.trees.clear();
+        for sub in model.by_path.values_mut() {
+            sub.gbdt.trees.clear();
+        }
     }
     model
 }
