@@ -352,12 +352,29 @@ impl OpModel {
         self.predict_in_form(self.form, k, gpu, backend)
     }
 
+    /// Whether `features` (stored at fit time) are what `features::names` gives now.
+    fn features_are_current(&self) -> bool {
+        let now = features::names(self.op);
+        self.features.len() == now.len() + self.backends.len() && self.features.iter().zip(&now).all(|(a, b)| a == b)
+    }
+
     /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
     fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+        if backend.is_none() && model_path(self.op, &self.default_backend).is_some() {
+            // A caller naming no backend asks for the attention core (the step graph emits the
+            // projections as GEMMs of their own), but this model knows only whole-module rows:
+            // the module's predicted time, at the core's share of the module's SOL.
+            let module = features::row_sol(k, gpu, &self.default_backend).sol_us;
+            let core = crate::perf::sol::sol(k, gpu).sol_us;
+            return (self.predict_in_form(form, k, gpu, Some(&self.default_backend)) * core / module).max(core);
+        }
         let backend = backend.unwrap_or(&self.default_backend);
         if let Some(sub) = model_path(self.op, backend).and_then(|p| self.by_path.get(p)) {
             return sub.predict_in_form(form, k, gpu, Some(backend));
         }
+        // Trees fitted on another feature list (a calibration older than `features::names`)
+        // would read misaligned inputs: such a model predicts with its base alone.
+        let form = if form == Form::Learned && !self.features_are_current() { Form::BaseOnly } else { form };
         let (feat, s) = features::extract_with_sol(k, gpu, backend);
         let base =
             base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
@@ -694,6 +711,13 @@ mod tests {
         let core = crate::perf::sol::sol(&k, &g).sol_us;
         let p = m.predict_us(&k, &g, None);
         assert!((p / (20.0 + 4.0 * core) - 1.0).abs() < 0.1, "{p} vs {}", 20.0 + 4.0 * core);
+        // A model of module rows only, asked for the attention core (no backend named): the
+        // module time at the core's share of the module SOL, never the whole module.
+        let only: Vec<&Measurement> = rows.iter().filter(|r| r.backend == "vllm/module_gemm_bfloat16/K").collect();
+        let mo = OpModel::fit(Op::MlaDecode, &only, &|_| &g, &FitParams::default());
+        let whole = mo.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
+        let p = mo.predict_us(&k, &g, None);
+        assert!((p - (whole * core / module).max(core)).abs() < 1e-9 && p < whole, "{p} {whole}");
     }
 
     #[test]
