@@ -194,6 +194,7 @@ pub fn names(op: Op) -> Vec<&'static str> {
         "lg_hbm_tbps",
         "lg_sm_count",
         "lg_watts_per_bf16_tflops",
+        "dram_gddr",
     ];
     if !has_spec_features(op) {
         v.truncate(4);
@@ -263,6 +264,8 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
         lg(sms),
         // Power headroom: GPUs with few watts per peak FLOP throttle on heavy kernels.
         lg(gpu.tdp_w / gpu.peak.bf16_tflops),
+        // GDDR cards stream at a different fraction of their spec bandwidth than HBM GPUs.
+        f64::from(u8::from(gpu.memory.dram == crate::hardware::DramKind::Gddr)),
     ];
     if !has_spec_features(k.op) {
         v.truncate(4);
