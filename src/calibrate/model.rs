@@ -154,7 +154,7 @@ impl Default for FitParams {
 /// spec bandwidth in these kernels than HBM GPUs: A40 about 1.5x H100's, while A100 and H100
 /// agree within 15 %);
 /// everything else one base.
-fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> String {
+pub(crate) fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> String {
     if op.is_collective() {
         class_key(LinkClass::of_row(gpu, k.num_gpus, backend), features::is_eager_kernel_timed(backend))
     } else if matches!(op, Op::MlaPrefill | Op::MlaDecode) {
@@ -189,12 +189,19 @@ fn library_key(class_key: &str, backend: &str) -> String {
     format!("{class_key}|{backend}")
 }
 
+/// Ops whose kernel libraries get bases of their own within a base key: collectives (a
+/// one-shot custom all-reduce is not NCCL's ring) and streaming elementwise ops (Vidur's
+/// CUPTI-timed kernels are not our CUDA-graph triton/torch ones).
+fn has_library_bases(op: Op) -> bool {
+    op.is_collective() || op.class() == "elementwise"
+}
+
 /// Bases to try for a row, best first: its library on its class and timing method, its class
 /// and timing method, the nearest class with the same method, its class with the other method,
 /// then the base of all rows.
 fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
     let own = base_key(op, gpu, k, backend);
-    let mut keys = if op.is_collective() { vec![library_key(&own, backend), own.clone()] } else { vec![own.clone()] };
+    let mut keys = if has_library_bases(op) { vec![library_key(&own, backend), own.clone()] } else { vec![own.clone()] };
     if op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         let eager = features::is_eager_kernel_timed(backend);
@@ -256,7 +263,7 @@ impl OpModel {
             if key != "all" {
                 by_key.entry("all".to_string()).or_default().push(pt);
             }
-            if key != "all" && op.is_collective() {
+            if key != "all" && has_library_bases(op) {
                 let lib = library_key(key, &m.backend);
                 library_gpus.entry(lib.clone()).or_default().insert(m.gpu.as_str());
                 by_key.entry(lib).or_default().push(pt);
@@ -264,7 +271,7 @@ impl OpModel {
         }
         let train_gpu_count = rows.iter().map(|m| m.gpu.as_str()).collect::<BTreeSet<_>>().len();
         by_key.retain(|k, pts| {
-            !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= train_gpu_count.min(2))
+            !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= if op.is_collective() { train_gpu_count.min(2) } else { 1 })
         });
         let mut bases: BTreeMap<String, Base> = by_key.iter().map(|(k, pts)| (k.clone(), Base::fit(pts))).collect();
         // An MLA module path with another norm dispatch differs from the plain module path by
@@ -557,6 +564,33 @@ mod tests {
         let k = Kernel { num_tokens: 8192, hidden: 8192, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
         let expected = 4.0 + 3.0 * sol(&k, &a100).sol_us;
         assert!((m.predict_us(&k, &a100, None) - expected).abs() < 1e-6 * expected);
+    }
+
+    #[test]
+    fn streaming_ops_get_a_base_per_library_within_a_dram_kind() {
+        use crate::hardware::load_gpu;
+        use crate::perf::sol::sol;
+        // rmsnorm on H100 by two libraries: "vidur/rmsnorm" at 4 us + 3 x SOL (36 rows) and
+        // "triton" at 1.5 us + 1.25 x SOL (24 rows). A100 rows of either library are timed by
+        // that library's own HBM base, not by the pool of both.
+        let (h100, a100) = (load_gpu("h100_sxm").unwrap(), load_gpu("a100_sxm").unwrap());
+        let mut rows = Vec::new();
+        for (backend, lat, c, n) in [("vidur/rmsnorm", 4.0, 3.0, 36u64), ("triton", 1.5, 1.25, 24)] {
+            for i in 0..n {
+                let k = Kernel { num_tokens: 16 << (i % 12), hidden: 1024 << (i / 12), ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
+                let latency_us = lat + c * sol(&k, &h100).sol_us;
+                rows.push(Measurement { kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let mut m = OpModel::fit(Op::Rmsnorm, &refs, &|_| &h100, &FitParams::default());
+        m.form = Form::BaseOnly;
+        let k = Kernel { num_tokens: 4096, hidden: 4096, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
+        let s = sol(&k, &a100).sol_us;
+        for (backend, expected) in [("vidur/rmsnorm", 4.0 + 3.0 * s), ("triton", 1.5 + 1.25 * s)] {
+            let got = m.predict_us(&k, &a100, Some(backend));
+            assert!((got - expected).abs() < 1e-6 * expected, "{backend}: {got} vs {expected}");
+        }
     }
 
     #[test]
