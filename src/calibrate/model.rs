@@ -178,7 +178,10 @@ fn class_key(class: LinkClass, eager: bool) -> String {
 /// differ in algorithm (a one-shot custom all-reduce has a few microseconds of latency, NCCL's
 /// ring ten or more), which one latency per link class cannot hold. Where several GPUs train,
 /// the library must be measured on at least two of them: a base seen on one GPU only (Vidur's
-/// cluster profiles) describes that cluster, not the library.
+/// cluster profiles) describes that cluster, not the library. Elementwise ops keep a library's
+/// base from one GPU: it is the same two numbers the DRAM-kind base would take from that GPU,
+/// without another library's kernels and timing method (Vidur's CUPTI kernel times against
+/// our CUDA-graph replays) pooled in.
 const MIN_LIBRARY_BASE_ROWS: usize = 20;
 
 /// Fewest training GPUs of an eager-timed collective base key for its rows to get the tree

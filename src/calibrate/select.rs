@@ -13,11 +13,11 @@
 //! transferred worst in every elementwise family.
 
 use super::dataset::Measurement;
-use super::model::{FitParams, Form, OpModel};
+use super::model::{base_key, FitParams, Form, OpModel};
 use crate::hardware::GpuSpec;
 use crate::schema::Op;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Op families trained on at most this many GPUs get the inner check; with more GPUs the trees
 /// see enough spread of spec sheets (and the check would cost a fit per GPU on the big families).
@@ -93,11 +93,29 @@ fn inner_check<'a>(
     if gpus.len() < 2 {
         return None;
     }
+    // Rows of each (GPU, base key), for the representation rule below.
+    let mut key_rows: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    for m in rows {
+        *key_rows.entry((m.gpu.as_str(), base_key(model.op, spec(&m.gpu), &m.kernel, &m.backend))).or_insert(0) += 1;
+    }
     let (mut learned, mut base, mut roof) = (Vec::new(), Vec::new(), Vec::new());
     for &h in gpus {
         let test: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu == h).collect();
         if test.len() < MIN_INNER_ROWS {
             continue;
+        }
+        // Outside collectives, a GPU is left out only if every base its rows use (elementwise
+        // ops: its DRAM kind) is still fitted on at least MIN_INNER_ROWS rows of another
+        // training GPU. Otherwise the fold tests a transfer the shipped model never makes (the
+        // only GDDR card predicted from HBM GPUs, or the only HBM GPU with Vidur rows from a
+        // handful of rows of another kernel library), and its error says nothing about which
+        // form carries to the GPU the model is for.
+        if !model.op.is_collective() {
+            let own_keys: BTreeSet<&String> = key_rows.keys().filter(|(g, _)| *g == h).map(|(_, k)| k).collect();
+            let represented = |k: &String| key_rows.iter().any(|((g, k2), n)| *g != h && k2 == k && *n >= MIN_INNER_ROWS);
+            if !own_keys.into_iter().all(represented) {
+                continue;
+            }
         }
         let train: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu != h).collect();
         let mut inner = OpModel::fit(model.op, &train, spec, params);
@@ -194,6 +212,35 @@ mod tests {
         assert_eq!(c.best(&[Form::Learned, Form::BaseOnly]), Form::Learned);
         // An elementwise family still ships a physical form (see the module comment).
         assert_ne!(m.form, Form::Learned);
+    }
+
+    #[test]
+    fn a_gpu_alone_on_its_dram_kind_is_not_left_out() {
+        // rmsnorm on H100 and H200 (HBM) and A40 (GDDR), 60 rows each. Leaving out A40 would
+        // predict the only GDDR card from HBM bases, which the shipped model never does; H100
+        // and H200 each still have the other on their kind: two inner folds.
+        let specs: Vec<GpuSpec> = ["h100_sxm", "h200_sxm", "a40"].iter().map(|g| load_gpu(g).unwrap()).collect();
+        let spec = |g: &str| specs.iter().find(|s| s.id == g).unwrap();
+        let mut data = Vec::new();
+        for g in &specs {
+            for t in [1u64, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384] {
+                for h in [1024u64, 2048, 4096, 6144, 8192, 16384] {
+                    let k = Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, Dtype::Bf16) };
+                    let latency_us = 3.0 + 2.0 * sol(&k, g).sol_us;
+                    data.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "s".into(), latency_us });
+                }
+            }
+        }
+        let params = FitParams::default();
+        let fit = |keep: &dyn Fn(&str) -> bool| {
+            let refs: Vec<&Measurement> = data.iter().filter(|m| keep(&m.gpu)).collect();
+            checked(OpModel::fit(Op::Rmsnorm, &refs, &spec, &params), &refs, &spec, &params)
+        };
+        assert_eq!(fit(&|_| true).inner_check.expect("two HBM GPUs").gpus, 2);
+        // H100 and A40 only: no GPU shares its kind with another, so no check; the base ships.
+        let m = fit(&|g| g != "h200_sxm");
+        assert!(m.inner_check.is_none(), "{:?}", m.inner_check);
+        assert_eq!(m.form, Form::BaseOnly);
     }
 
     #[test]
