@@ -111,18 +111,24 @@ pub struct OpModel {
     pub median_efficiency: f64,
     pub train_rows: usize,
     pub train_gpus: Vec<String>,
-    /// Models of the rows of another measurement path, by path: MLA rows that time the whole
-    /// module (`module`) get bases, vocabulary and trees of their own, apart from the
-    /// attention-core rows this model holds, so that neither path's corrections reach the
-    /// other (their times differ by the projections and their kernels by vendor). Empty for
-    /// every other op.
+    /// Models of the rows of another measurement path, by path, with bases, vocabulary and
+    /// trees of their own so that neither path's corrections reach the other: MLA rows that
+    /// time the whole module (`module`; this model holds the attention-core rows: their times
+    /// differ by the projections and their kernels by vendor), and eager-timed collectives
+    /// (`eager`; this model holds the benchmark-timed ones: Vidur's profiles are bimodal,
+    /// 8 or 40 us at the same size on one H100 cluster, and trees sharing their size splits
+    /// moved NCCL and custom all-reduce predictions by 2-5x). Empty for other ops.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub by_path: BTreeMap<String, OpModel>,
 }
 
-/// The model path of an MLA row (`OpModel::by_path` key): `module` for whole-module rows, None
-/// for attention-core rows and every other op.
+/// The measurement path of a row (`OpModel::by_path` key): `module` for MLA rows that time the
+/// whole module, `eager` for collectives timed as the NCCL kernel of eager `torch.distributed`
+/// calls (Vidur's cluster profiles); None for the rows the model itself holds.
 fn model_path(op: Op, backend: &str) -> Option<&'static str> {
+    if op.is_collective() && features::is_eager_kernel_timed(backend) {
+        return Some("eager");
+    }
     features::mla_module_weights(op, backend).map(|_| "module")
 }
 
@@ -227,23 +233,34 @@ fn is_native(gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
 }
 
 impl OpModel {
-    /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. MLA rows
-    /// of the two measurement paths (attention core, whole module) are fitted apart when both
-    /// are present: the core rows make this model, the module rows `by_path["module"]`.
+    /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. Rows of
+    /// another measurement path (`model_path`) are fitted apart when rows of the main path are
+    /// present too: the main rows make this model, the others `by_path[path]`.
     pub fn fit<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
-        let (module, core): (Vec<&Measurement>, Vec<&Measurement>) =
+        // The rules that depend on how many GPUs train (library bases, eager corrections) count
+        // the op family's GPUs, not one path's: a path measured on one of several GPUs is that
+        // GPU's cluster, not the hardware.
+        let gpu_count = rows.iter().map(|m| m.gpu.as_str()).collect::<BTreeSet<_>>().len();
+        let (other, main): (Vec<&Measurement>, Vec<&Measurement>) =
             rows.iter().partition(|m| model_path(op, &m.backend).is_some());
-        if module.is_empty() || core.is_empty() {
-            return Self::fit_path(op, rows, spec, params);
+        if other.is_empty() || main.is_empty() {
+            return Self::fit_path(op, rows, spec, params, gpu_count);
         }
-        let mut m = Self::fit_path(op, &core, spec, params);
-        m.by_path.insert("module".to_string(), Self::fit_path(op, &module, spec, params));
+        let mut m = Self::fit_path(op, &main, spec, params, gpu_count);
+        let mut paths: BTreeMap<&str, Vec<&Measurement>> = BTreeMap::new();
+        for r in other {
+            paths.entry(model_path(op, &r.backend).expect("partitioned above")).or_default().push(r);
+        }
+        for (path, path_rows) in paths {
+            m.by_path.insert(path.to_string(), Self::fit_path(op, &path_rows, spec, params, gpu_count));
+        }
         m.train_rows = rows.len();
         m.train_gpus = rows.iter().map(|r| r.gpu.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         m
     }
 
-    fn fit_path<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
+    /// One path's model; `train_gpu_count`: the GPUs training the whole op family.
+    fn fit_path<'a>(op: Op, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams, train_gpu_count: usize) -> OpModel {
         let mut rows: Vec<&Measurement> = rows.to_vec();
         if rows.len() > params.max_rows {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.gbdt.seed);
@@ -272,7 +289,6 @@ impl OpModel {
                 by_key.entry(lib).or_default().push(pt);
             }
         }
-        let train_gpu_count = rows.iter().map(|m| m.gpu.as_str()).collect::<BTreeSet<_>>().len();
         by_key.retain(|k, pts| {
             !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= if op.is_collective() { train_gpu_count.min(2) } else { 1 })
         });
@@ -370,7 +386,7 @@ impl OpModel {
 
     /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
     fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
-        if backend.is_none() && model_path(self.op, &self.default_backend).is_some() {
+        if backend.is_none() && matches!(self.op, Op::MlaPrefill | Op::MlaDecode) && model_path(self.op, &self.default_backend).is_some() {
             // A caller naming no backend asks for the attention core (the step graph emits the
             // projections as GEMMs of their own), but this model knows only whole-module rows:
             // the module's predicted time, at the core's share of the module's SOL.
@@ -518,7 +534,7 @@ mod tests {
         let m = OpModel::fit(Op::AllReduce, &refs, &|_| &h100, &FitParams::default());
         let close = |b: &Base, l: f64, c: f64| b.latency_us == l && (b.inv_efficiency - c).abs() < 1e-6;
         assert!(close(&m.bases["scaleup"], 8.0, 1.25), "{:?}", m.bases);
-        assert!(close(&m.bases["pcie/eager"], 32.0, 2.0), "{:?}", m.bases);
+        assert!(close(&m.by_path["eager"].bases["pcie/eager"], 32.0, 2.0), "{:?}", m.by_path["eager"].bases);
         // The default backend is the benchmark-timed one on the GPU's own fabric.
         assert_eq!(m.default_backend, "nccl");
         // On B200 (900 GB/s NVLink) a 256 MiB all-reduce over 8 GPUs is the NVSwitch law at the
@@ -594,6 +610,36 @@ mod tests {
             let got = m.predict_us(&k, &a100, Some(backend));
             assert!((got - expected).abs() < 1e-6 * expected, "{backend}: {got} vs {expected}");
         }
+    }
+
+    #[test]
+    fn eager_timed_collectives_get_their_own_trees() {
+        use crate::hardware::load_gpu;
+        // H100 x4 all-reduce, 16 KiB-1 MiB: NCCL-tests rows smooth at 11 us + 1.2 x wire time;
+        // Vidur's eager rows at the same sizes flip between 8 and 40 us (two populations in
+        // one profile). The NCCL predictions must not inherit the flips.
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let mut rows = Vec::new();
+        for i in 0..64u64 {
+            let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Bf16);
+            k.num_gpus = 4;
+            k.bytes = 16_384 + i * 16_384;
+            let sol_us = features::extract_with_sol(&k, &h100, "nccl").1.sol_us;
+            let row = |backend: &str, latency_us: f64| Measurement { kernel: k.clone(), gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us };
+            rows.push(row("nccl", 11.0 + 1.2 * sol_us));
+            rows.push(row("vidur/dgx/all_reduce", if (i / 3) % 2 == 0 { 40.0 } else { 8.0 }));
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let m = OpModel::fit(Op::AllReduce, &refs, &|_| &h100, &FitParams::default());
+        assert!(m.by_path.contains_key("eager"), "{:?}", m.by_path.keys());
+        assert_eq!(m.default_backend, "nccl");
+        for r in rows.iter().filter(|r| r.backend == "nccl") {
+            let p = m.predict_us(&r.kernel, &h100, Some("nccl"));
+            assert!((p / r.latency_us - 1.0).abs() < 0.05, "{} B: {p} vs {}", r.kernel.bytes, r.latency_us);
+        }
+        // The eager rows are still predicted by their own model.
+        let v = &rows[1];
+        assert!(m.predict_us(&v.kernel, &h100, Some(&v.backend)) > 8.0);
     }
 
     #[test]
@@ -679,7 +725,8 @@ mod tests {
         let m = OpModel::fit(Op::AllReduce, &refs, &spec, &FitParams::default());
         let ranges = m.correction_ranges.as_ref().expect("collectives list their ranges");
         assert!(ranges.contains_key("scaleup"), "{ranges:?}");
-        assert!(!ranges.contains_key("scaleup/eager"), "{ranges:?}");
+        let eager_ranges = m.by_path["eager"].correction_ranges.as_ref().expect("collectives list their ranges");
+        assert!(!eager_ranges.contains_key("scaleup/eager"), "{eager_ranges:?}");
         // The eager row is predicted by its base alone; the NCCL row gets its correction.
         let mut base_only = m.clone();
         base_only.form = Form::BaseOnly;
@@ -692,7 +739,7 @@ mod tests {
         // Fitted on one GPU (the target tier), every key keeps its correction.
         let own: Vec<&Measurement> = rows.iter().filter(|m| m.gpu == "h100_sxm").collect();
         let t = OpModel::fit(Op::AllReduce, &own, &spec, &FitParams::default());
-        assert!(t.correction_ranges.unwrap().contains_key("scaleup/eager"));
+        assert!(t.by_path["eager"].correction_ranges.as_ref().unwrap().contains_key("scaleup/eager"));
     }
 
     #[test]
