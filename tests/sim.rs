@@ -262,3 +262,26 @@ fn static_batches_with_pipelining_never_run_padding_alone() {
     let sizes: Vec<usize> = m.batches.lock().unwrap().iter().map(|b| b.len()).collect();
     assert_eq!(sizes, vec![2, 2, 2, 2, 2, 2, 1, 1, 1]);
 }
+
+/// Found by `sim_props`: with two pipeline stages the oldest request, needing blocks that a
+/// later request held while its step was in flight, preempted itself; the two then did so to
+/// each other forever (no progress). It now waits for the in-flight step to land and preempts
+/// the later request instead, so every request finishes.
+#[test]
+fn pipelined_requests_sharing_a_tight_cache_make_progress() {
+    let mut e = engine(Policy::Continuous);
+    e.block_size = 16;
+    e.max_num_batched_tokens = 11;
+    e.max_num_seqs = 2;
+    e.chunked_prefill = true;
+    e.prefix_caching = false;
+    let mut cfg = config(e, 9);
+    cfg.max_model_len = 140;
+    cfg.dp = 2;
+    cfg.pp = 2;
+    let lens = [(96, 34), (1, 9), (56, 3), (46, 5), (92, 22), (1, 1)];
+    let reqs: Vec<_> = lens.iter().enumerate().map(|(i, &(p, o))| req(i as u64, 0.0, p, o)).collect();
+    let (o, obs, _) = run(&cfg, reqs, None);
+    assert_eq!(o.rec.completed, 6);
+    assert!(obs.records.iter().all(|r| r.rejected.is_none()));
+}

@@ -116,7 +116,8 @@ impl Replica {
     }
 
     /// Schedules running requests (those `pick` accepts) in order under `budget`, preempting
-    /// from the back when blocks run out. Returns (budget left, whether anyone was preempted).
+    /// from the back when blocks run out. Returns (budget left, whether blocks ran out: someone
+    /// was preempted or must wait).
     fn schedule_running(&mut self, mut budget: u32, tag: u32, pick: fn(&Req) -> bool, rec: &mut Recorder) -> (u32, bool) {
         let mut preempted = false;
         let mut i = 0;
@@ -132,6 +133,13 @@ impl Replica {
                 // The lowest-priority request is the most recently admitted one not in flight.
                 let Some(j) = self.running.iter().rposition(|x| x.sched_new == 0) else { break };
                 preempted = true;
+                if j == i && self.running[i + 1..].iter().any(|x| x.sched_new > 0) {
+                    // The blocks it needs are held by lower-priority requests whose step is in
+                    // flight (pipeline parallelism): wait for them to land, when they become
+                    // preemptible, instead of preempting itself, which two pipelined requests
+                    // would otherwise do to each other forever.
+                    break;
+                }
                 self.preempt(j, rec);
                 if j == i {
                     break;
