@@ -159,3 +159,45 @@ fn bad_files_are_named_with_their_line() {
     let msg = format!("{:#}", Data::load(&[dir.path().to_path_buf()]).err().unwrap());
     assert!(msg.contains("x.csv: line 2") && msg.contains("latency_us"), "{msg}");
 }
+
+/// The shipped target models grow with the work: doubling a kernel's size never makes its
+/// predicted time drop by more than 20 % (the measured times are monotone within noise for
+/// these series). Trees that chase one data source's noise break this first: the H100 model
+/// once predicted vLLM's custom all-reduce on 4 GPUs at 15.8 us for 128 KiB and 3.0 us for
+/// 256 KiB (measured 5.8, 7.1). Checked with each op's default library on five GPUs and with
+/// vLLM's libraries on H100 (A100's custom all-reduce rows themselves jump at 4 KiB on 8 GPUs:
+/// 5.6, 14.8, 6.3 us). The cross-gen tier is not held to it: its H100 GEMM predictions drop
+/// 30 % from m = 2 to m = 4 (measured flat; listed in the README's known gaps).
+#[test]
+fn shipped_predictions_grow_with_size() {
+    let vllm = kernelsight::sim::engine::EngineParams::load("vllm").unwrap().op_backends().unwrap();
+    for gpu in ["h200_sxm", "h100_sxm", "b200_sxm", "a100_sxm", "l40s"] {
+        let g = load_gpu(gpu).unwrap();
+        let mut models = vec![KernelModel::load(&g, Tier::Target).unwrap()];
+        if gpu == "h100_sxm" {
+            models.push(KernelModel::load(&g, Tier::Target).unwrap().with_op_backends(&vllm));
+        }
+        let mut series: Vec<(String, Vec<Kernel>)> = Vec::new();
+        for (n, k) in [(4096u64, 4096u64), (14336, 4096), (4096, 14336)] {
+            series.push((format!("gemm n={n} k={k}"), (1..=13).map(|p| Kernel::gemm(Dtype::Bf16, 1 << p, n, k)).collect()));
+        }
+        for n in [2u64, 4, 8] {
+            let ar = |p: u32| Kernel { bytes: 1 << p, num_gpus: n, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
+            series.push((format!("all_reduce x{n}"), (10..=30).map(ar).collect()));
+        }
+        for b in [1u64, 32] {
+            let d = |p: u32| Kernel { batch: b, kv_len: 1 << p, num_heads: 32, num_kv_heads: 8, head_dim: 128, ..Kernel::new(Op::AttnDecode, Dtype::Bf16) };
+            series.push((format!("attn_decode b={b}"), (7..=16).map(d).collect()));
+        }
+        let moe = |p: u32| Kernel { num_tokens: 1 << p, hidden: 4096, inter: 14336, topk: 2, num_experts: 8, tp: 1, ep: 1, ..Kernel::new(Op::Moe, Dtype::Bf16) };
+        series.push(("moe".into(), (0..=13).map(moe).collect()));
+        for km in &models {
+            for (name, ks) in &series {
+                let t: Vec<f64> = ks.iter().map(|k| km.predict_us(k)).collect();
+                for (i, w) in t.windows(2).enumerate() {
+                    assert!(w[1] >= 0.8 * w[0], "{gpu} {name}: step {i} {:.2} -> {:.2} us", w[0], w[1]);
+                }
+            }
+        }
+    }
+}
