@@ -147,11 +147,11 @@ pub fn mla_path(backend: &str) -> String {
 /// The backend as the learned correction sees it (its one-hot category): an MLA row's norm
 /// path is held by its base (`mla_path`), so the same module kernels measured with either norm
 /// path share one category.
-pub fn backend_category(op: Op, backend: &str) -> String {
+pub fn backend_category(op: Op, backend: &str) -> std::borrow::Cow<'_, str> {
     if matches!(op, Op::MlaPrefill | Op::MlaDecode) && backend.contains("/norm_") {
-        return backend.split('/').filter(|s| !s.starts_with("norm_")).collect::<Vec<_>>().join("/");
+        return backend.split('/').filter(|s| !s.starts_with("norm_")).collect::<Vec<_>>().join("/").into();
     }
-    backend.to_string()
+    backend.into()
 }
 
 fn lg(x: f64) -> f64 {

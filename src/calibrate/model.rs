@@ -309,12 +309,12 @@ impl OpModel {
 
         // Vocabulary over every training row; the default backend among this op's own rows
         // (collectives: those on their GPU's own fabric, benchmark-timed, where there are any).
-        let categories: Vec<String> = rows.iter().map(|m| features::backend_category(op, &m.backend)).collect();
+        let categories: Vec<std::borrow::Cow<str>> = rows.iter().map(|m| features::backend_category(op, &m.backend)).collect();
         let mut backend_counts: BTreeMap<&str, usize> = BTreeMap::new();
         let mut own_counts: BTreeMap<&str, usize> = BTreeMap::new();
         let mut native_counts: BTreeMap<&str, usize> = BTreeMap::new();
         for (m, c) in rows.iter().zip(&categories) {
-            *backend_counts.entry(c.as_str()).or_insert(0) += 1;
+            *backend_counts.entry(c.as_ref()).or_insert(0) += 1;
             if m.kernel.op == op {
                 *own_counts.entry(m.backend.as_str()).or_insert(0) += 1;
                 if op.is_collective() && is_native(spec(&m.gpu), &m.kernel, &m.backend) {
@@ -333,9 +333,9 @@ impl OpModel {
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
-        for (feat, s, m, key) in &prepared {
+        for ((feat, s, m, key), category) in prepared.iter().zip(&categories) {
             let base = base_of(m, s.sol_us);
-            x.push(with_backend(feat.clone(), &backends, &features::backend_category(op, &m.backend)));
+            x.push(with_backend(feat.clone(), &backends, category));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
             let t = (m.latency_us.max(s.sol_us) / base).ln();
             y.push(t);
@@ -384,6 +384,18 @@ impl OpModel {
         self.features.len() == now.len() + self.backends.len() && self.features.iter().zip(&now).all(|(a, b)| a == b)
     }
 
+    /// Trees fitted on another feature list (a calibration older than `features::names`) would
+    /// read misaligned inputs: such a model (or path model) predicts with its base alone.
+    /// Checked once when a file is loaded, not per prediction.
+    fn drop_stale_trees(&mut self) {
+        if self.form == Form::Learned && !self.features_are_current() {
+            self.form = Form::BaseOnly;
+        }
+        for sub in self.by_path.values_mut() {
+            sub.drop_stale_trees();
+        }
+    }
+
     /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
     fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
         if backend.is_none() && matches!(self.op, Op::MlaPrefill | Op::MlaDecode) && model_path(self.op, &self.default_backend).is_some() {
@@ -398,9 +410,6 @@ impl OpModel {
         if let Some(sub) = model_path(self.op, backend).and_then(|p| self.by_path.get(p)) {
             return sub.predict_in_form(form, k, gpu, Some(backend));
         }
-        // Trees fitted on another feature list (a calibration older than `features::names`)
-        // would read misaligned inputs: such a model predicts with its base alone.
-        let form = if form == Form::Learned && !self.features_are_current() { Form::BaseOnly } else { form };
         let (feat, s) = features::extract_with_sol(k, gpu, backend);
         let base =
             base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
@@ -454,6 +463,17 @@ pub struct ModelSet {
     #[serde(default)]
     pub held_out_ops: Vec<Op>,
     pub ops: BTreeMap<Op, OpModel>,
+}
+
+impl ModelSet {
+    /// As loaded from a file: models whose trees no longer match the feature list predict
+    /// with their bases (`OpModel::drop_stale_trees`).
+    pub fn checked_against_features(mut self) -> ModelSet {
+        for m in self.ops.values_mut() {
+            m.drop_stale_trees();
+        }
+        self
+    }
 }
 
 /// Op families with at least `min_rows` rows, grouped.

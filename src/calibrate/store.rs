@@ -89,7 +89,7 @@ impl Store {
     }
 
     pub fn model_set(&self, rel: &str) -> Result<Option<ModelSet>> {
-        self.read(rel)
+        Ok(self.read::<ModelSet>(rel)?.map(ModelSet::checked_against_features))
     }
 
     pub fn describe(&self) -> String {
@@ -158,6 +158,39 @@ mod tests {
         let first = std::fs::read(&p).unwrap();
         write_json_gz(dir.path(), "target/x.json", &serde_json::json!({"new": [1.5, 2]})).unwrap();
         assert_eq!(first, std::fs::read(&p).unwrap());
+    }
+
+    #[test]
+    fn trees_fitted_on_another_feature_list_are_not_used() {
+        use crate::calibrate::dataset::Measurement;
+        use crate::calibrate::model::{FitParams, Form, OpModel};
+        use crate::schema::{Dtype, Kernel, Op};
+        use std::collections::BTreeMap;
+        let g = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let rows: Vec<Measurement> = (0..64u64)
+            .map(|i| {
+                let k = Kernel::gemm(Dtype::Bf16, 1 + i * 37, 4096, 4096);
+                let latency_us = 5.0 + crate::perf::sol::sol(&k, &g).sol_us * if i % 2 == 0 { 1.3 } else { 2.1 };
+                Measurement { kernel: k, gpu: g.id.clone(), backend: "cublas".into(), source: "s".into(), latency_us }
+            })
+            .collect();
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let fitted = OpModel::fit(Op::Gemm, &refs, &|_| &g, &FitParams::default());
+        let set = |m: OpModel| ModelSet { tier: "target".into(), trained_on: vec![g.id.clone()], held_out: None, held_out_ops: vec![], ops: BTreeMap::from([(Op::Gemm, m)]) };
+        let mut stale = fitted.clone();
+        stale.features[1] = "a_feature_that_no_longer_exists".into();
+        let dir = tempfile::tempdir().unwrap();
+        write_json_gz(dir.path(), "target/now.json", &set(fitted.clone())).unwrap();
+        write_json_gz(dir.path(), "target/old.json", &set(stale)).unwrap();
+        let store = Store::Dir(dir.path().to_path_buf());
+        let now = store.model_set("target/now.json").unwrap().unwrap();
+        let old = store.model_set("target/old.json").unwrap().unwrap();
+        assert_eq!(now.ops[&Op::Gemm].form, Form::Learned);
+        assert_eq!(old.ops[&Op::Gemm].form, Form::BaseOnly);
+        let mut base_only = fitted;
+        base_only.form = Form::BaseOnly;
+        let k = Kernel::gemm(Dtype::Bf16, 300, 4096, 4096);
+        assert_eq!(old.ops[&Op::Gemm].predict_us(&k, &g, None), base_only.predict_us(&k, &g, None));
     }
 
     #[test]
