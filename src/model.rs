@@ -517,8 +517,13 @@ impl ModelConfig {
     /// attention kind and all groups have the same size, the gcd of the per-kind layer counts.
     /// The engine's per-request block bookkeeping runs once per group.
     pub fn kv_cache_groups(&self) -> u64 {
+        self.kv_cache_groups_by_kind().iter().sum::<u64>().max(1)
+    }
+
+    /// The groups of `kv_cache_groups` per attention kind: [full, sliding, linear].
+    pub fn kv_cache_groups_by_kind(&self) -> [u64; 3] {
         let (full, sliding, linear) = self.attention_mix();
-        let counts: Vec<u64> = [full, sliding, linear].into_iter().filter(|&c| c > 0).map(|c| c as u64).collect();
+        let counts = [full as u64, sliding as u64, linear as u64];
         let gcd = |mut a: u64, mut b: u64| {
             while b != 0 {
                 (a, b) = (b, a % b);
@@ -526,7 +531,12 @@ impl ModelConfig {
             a
         };
         let size = counts.iter().copied().fold(0, gcd).max(1);
-        counts.iter().map(|c| c / size).sum::<u64>().max(1)
+        counts.map(|c| c / size)
+    }
+
+    /// The longest sliding window of any layer (tokens); 0 without sliding layers.
+    pub fn max_sliding_window(&self) -> u64 {
+        self.layers.iter().filter_map(|l| if let AttnKind::Sliding { window } = l.attn { Some(window) } else { None }).max().unwrap_or(0)
     }
 
     /// Recurrent-state bytes per sequence for linear-attention layers (fp32 state + conv state).

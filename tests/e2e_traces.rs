@@ -1,5 +1,6 @@
 //! Replays the committed H200 traces; checks loading, the host fit and the report structure.
-use kernelsight::e2e::traces::{load_dir, validate, CALIBRATION_FAMILIES};
+use kernelsight::e2e::traces::{fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, validate, CALIBRATION_FAMILIES};
+use kernelsight::perf::host::HostOverhead;
 use kernelsight::perf::Tier;
 use std::path::Path;
 
@@ -27,7 +28,7 @@ fn kv_cache_groups_match_what_the_engine_reported() {
     // transformers records its layer groups per run; the model's gcd rule must agree for every
     // family (1 for dense/full or all-sliding, 2 for gpt-oss, 6 for gemma-3 cut to 12 layers).
     let mut seen = std::collections::BTreeMap::new();
-    for dir in ["h200_sxm", "h200_sxm_cudagraph"] {
+    for dir in ["h200_sxm", "h200_sxm_cudagraph", "h200_sxm_host_probe"] {
         let models = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces").join(dir)).unwrap();
         for m in &models {
             for r in m.runs.iter().filter(|r| r.layer_groups.is_some()) {
@@ -39,6 +40,46 @@ fn kv_cache_groups_match_what_the_engine_reported() {
     assert_eq!(seen.get("gemma-3-27b-it-L12"), Some(&6), "{seen:?}");
     assert_eq!(seen.get("gpt-oss-20b"), Some(&2), "{seen:?}");
     assert_eq!(seen.get("llama-3.1-8b"), Some(&1), "{seen:?}");
+    for g in [1, 2, 4, 6] {
+        assert_eq!(seen.get(&format!("host-probe-g{g}")), Some(&g), "{seen:?}");
+    }
+}
+
+#[test]
+fn host_fit_on_the_probes_carries_cache_groups_and_read_tokens() {
+    // Fitted on the probes alone (tiny models: a step's wall time is nearly all host), the
+    // CUDA-graph host model must reproduce what the probes measured: a 32-request step of the
+    // 6-group probe costs several times the 1-group probe's at equal GPU work, and 2048-token
+    // contexts more than 128-token ones (the engine lists every KV token's slot per group).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_host_probe");
+    let probes = load_dir(&dir).unwrap();
+    let host = fit_host_cudagraph(&probes, Tier::Roofline).unwrap();
+    assert!(host.per_sliding_read_token_us > host.per_full_read_token_us, "{host:?}");
+    let step_host_ms = |label: &str, run: &str| -> (f64, f64) {
+        let m = probes.iter().find(|m| m.label == label).unwrap();
+        let r = m.runs.iter().find(|r| r.key.ends_with(run)).unwrap();
+        let p = predictor_for(&m.config, r, Tier::Roofline, HostOverhead::zero()).unwrap();
+        let (mut measured, mut predicted): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
+        for s in r.steps.iter().filter(|s| s.num_requests > 0 && s.num_decode == s.num_requests) {
+            let batch = logged_step_batch(s);
+            let (cost, captured) = p.step_time_and_capture(&batch);
+            if !captured {
+                measured.push((s.end_s - s.start_s) * 1e3 - cost.total_us / 1e3);
+                predicted.push(host.step_us(0.0, &p.step_load(&batch, 0)) / 1e3);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        (median(&mut measured), median(&mut predicted))
+    };
+    let (g6_meas, g6_pred) = step_host_ms("host-probe-g6", "grid_i2048_o64_c32/cudagraph");
+    let (g1_meas, g1_pred) = step_host_ms("host-probe-g1", "grid_i128_o64_c32/cudagraph");
+    assert!(g6_meas > 5.0 * g1_meas, "measured g6 {g6_meas} ms vs g1 {g1_meas} ms");
+    for (meas, pred) in [(g6_meas, g6_pred), (g1_meas, g1_pred)] {
+        assert!((pred / meas - 1.0).abs() < 0.35, "host per step predicted {pred:.1} ms, measured {meas:.1} ms");
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ profile for model/run pairs that had none (PROFILES).
 Writes under --out the harness files (models.jsonl, runs.jsonl, requests.jsonl; unpack.py turns
 them into trace folders), steps.jsonl (per step [t_call_s, host_call_ms, gpu_ms, q_padded]),
 hostprof-<probe>.txt (cProfile of one 32-request run: where the host time goes) and env.json.
-Usage: python3 microbench/e2e/host_probe.py --out $OUT [--deadline-s 520]
+Usage: python3 microbench/e2e/host_probe.py --out $OUT [--deadline-s 520] [--probes-only]
 """
 import argparse
 import cProfile
@@ -53,12 +53,13 @@ def timed_run(model, cfg, label, workload, out, log, t_end, prof=None):
     run = {"workload": workload, "cuda_graph": True}
     if prof is not None:
         prof.enable()
-    rec = harness.cb_run(model, cfg, label, run, ENGINE, out, max(5.0, min(40.0, t_end - time.time())))
+    # A run under cProfile has inflated host times: it is not recorded as a trace.
+    rec = harness.cb_run(model, cfg, label, run, ENGINE, out, max(5.0, min(40.0, t_end - time.time())), record=prof is None)
     if prof is not None:
         prof.disable()
     torch.cuda.synchronize()
     steps = [[round(t - t0, 6), round(h, 4), round(e0.elapsed_time(e1), 4), q] for t, h, e0, e1, q in log]
-    harness.append_jsonl(os.path.join(out, "steps.jsonl"), {"model": label, "run_id": rec["run_id"], "profiled": False,
+    harness.append_jsonl(os.path.join(out, "steps.jsonl"), {"model": label, "run_id": rec["run_id"], "profiled": prof is not None,
                                                             "status": rec["status"], "steps": steps})
     gpu = sorted(s[2] for s in steps) or [0]
     gaps = sorted(steps[i + 1][0] - steps[i][0] for i in range(len(steps) - 1)) or [0]
@@ -99,6 +100,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline-s", type=float, default=520)
+    ap.add_argument("--probes-only", action="store_true", help="skip the real-model profiles (a repeat of the probes)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t_end = time.time() + a.deadline_s
@@ -112,7 +114,7 @@ def main():
     for p in PROBES:
         one_model(p, p, lambda p=p: probe_config(p), GRID, a.out, log, t_end,
                   profile_run="grid_i512_o64_c32" if p == "host-probe-g6" else None)
-    for name, layers, wls in PROFILES:
+    for name, layers, wls in ([] if a.probes_only else PROFILES):
         if time.time() > t_end - 40:
             harness.append_jsonl(os.path.join(a.out, "models.jsonl"), {"model": name, "status": "skipped", "error": "deadline"})
             continue

@@ -29,6 +29,10 @@ use std::path::Path;
 /// per-layer and per-step host terms separately identifiable.
 pub const CALIBRATION_FAMILIES: [&str; 3] = ["llama-3.1-8b", "qwen3-30b-a3b", "gpt-oss-20b"];
 
+/// Label prefix of the host probes (`microbench/e2e/host_probe.py`): tiny synthetic models that
+/// measure the engine's host cost; they fit the CUDA-graph host model and are reported apart.
+pub const HOST_PROBE_PREFIX: &str = "host-probe";
+
 #[derive(Debug, Clone)]
 pub struct TraceRequest {
     pub arrival_s: f64,
@@ -88,6 +92,15 @@ pub struct TraceModel {
 impl TraceModel {
     pub fn is_calibration(&self) -> bool {
         CALIBRATION_FAMILIES.contains(&self.family.as_str())
+    }
+
+    pub fn is_host_probe(&self) -> bool {
+        self.label.starts_with(HOST_PROBE_PREFIX)
+    }
+
+    /// Whether this model's CUDA-graph runs fit the host model.
+    pub fn fits_host(&self) -> bool {
+        self.is_calibration() || self.is_host_probe()
     }
 }
 
@@ -369,26 +382,35 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     })
 }
 
-/// Fits the CUDA-graph `hf` host model on the calibration families' CUDA-graph runs, stepping
-/// through each run's logged steps in order: a step whose padded shape was already captured
-/// costs `GPU + per_layer x layers + per_step + per_seq x sequences x cache groups` (fitted on those steps' residual over the
-/// predicted GPU time), a step that captures a new graph adds `HostOverhead::capture_extra_us`
-/// (its per-layer launch time and fixed part fitted on what is left of those steps). Non-negative least squares throughout.
+/// Fits the CUDA-graph `hf` host model on the host-calibration runs' CUDA-graph steps (the
+/// calibration families and the host probes), stepping through each run's logged steps in order:
+/// a step whose padded shape was already captured costs `GPU + per_layer x layers + per_step +
+/// per_seq_cache_group x sequences x groups + per token of KV read per full / sliding group`
+/// (fitted by least absolute deviations on those steps' residual over the predicted GPU time),
+/// a step that captures a new graph adds `HostOverhead::capture_extra_us`
+/// (its per-layer launch time and fixed part fitted on what is left of those steps).
 pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
-    let mut replays: Vec<([f64; 3], f64)> = Vec::new();
-    let mut captures: Vec<(u64, f64, f64, f64)> = Vec::new(); // (layers, sequences x groups, gpu, residual)
-    for m in models.iter().filter(|m| m.is_calibration()) {
+    let mut replays: Vec<([f64; 5], f64)> = Vec::new();
+    let mut captures: Vec<([f64; 5], f64, f64, f64, f64)> = Vec::new(); // (replay features, launches, M activations, gpu, residual)
+    let mut fitted_on: Vec<&str> = Vec::new();
+    for m in models.iter().filter(|m| m.fits_host()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_some()) {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
-            let groups = m.config.kv_cache_groups() as f64;
+            if !fitted_on.contains(&m.label.as_str()) {
+                fitted_on.push(&m.label);
+            }
             for s in run.steps.iter().filter(|s| s.num_requests > 0) {
-                let (cost, captured) = p.step_time_and_capture(&logged_step_batch(s));
+                let batch = logged_step_batch(s);
+                let (cost, captured) = p.step_time_and_capture(&batch);
+                let l = p.step_load(&batch, 0);
+                let x = [l.layers as f64, 1.0, l.seq_groups as f64, l.full_read_tokens as f64, l.sliding_read_tokens as f64];
                 // A zero host model charges nothing for a capture: cost is the GPU time.
                 let residual = (s.end_s - s.start_s) * 1e6 - cost.total_us;
                 if captured {
-                    captures.push((m.config.num_layers, s.num_requests as f64 * groups, cost.total_us, residual));
+                    let padded = p.step_tokens(&batch).0;
+                    captures.push((x, p.step_launches(&batch) as f64, p.capture_activations(padded) as f64 / 1e6, cost.total_us, residual));
                 } else {
-                    replays.push(([m.config.num_layers as f64, 1.0, s.num_requests as f64 * groups], residual));
+                    replays.push((x, residual));
                 }
             }
         }
@@ -397,40 +419,43 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         bail!("only {} replayed and {} capturing steps in the calibration CUDA-graph traces; need 10 and 3", replays.len(), captures.len());
     }
     let c = nonneg_least_absolute_deviations(&replays);
-    // Capturing steps: residual = max(0, b L - gpu) + b L + fixed. Grid over the per-layer
-    // launch time b (0 to 5 ms by 10 us), the fixed part by its mean; least squared error.
-    let left: Vec<(f64, f64, f64)> = captures.iter().map(|&(l, n, gpu, r)| (l as f64, gpu, r - c[0] * l as f64 - c[1] - c[2] * n)).collect();
-    let mut best = (f64::INFINITY, 0.0, 0.0);
-    for i in 0..=500 {
-        let b = i as f64 * 10.0;
-        let f = |l: f64, gpu: f64| (b * l - gpu).max(0.0) + b * l;
-        let fixed = (left.iter().map(|&(l, g, r)| r - f(l, g)).sum::<f64>() / left.len() as f64).max(0.0);
-        let sse: f64 = left.iter().map(|&(l, g, r)| (r - f(l, g) - fixed).powi(2)).sum();
-        if sse < best.0 {
-            best = (sse, b, fixed);
+    // Capturing steps: residual = max(0, b K - gpu) + b K + fixed + a A (K: the step's kernel
+    // launches, A: its million activation elements). Grid over the per-kernel launch time b
+    // (0 to 200 us by 0.5 us); fixed and a by non-negative least absolute deviations.
+    let mut best = (f64::INFINITY, 0.0, [0.0; 2]);
+    for i in 0..=400 {
+        let b = i as f64 * 0.5;
+        let rows: Vec<([f64; 2], f64)> =
+            captures.iter().map(|(x, k, act, gpu, r)| ([1.0, *act], r - dot(x, &c) - (b * k - gpu).max(0.0) - b * k)).collect();
+        let fa = nonneg_least_absolute_deviations(&rows);
+        let sad: f64 = rows.iter().map(|(x, y)| (y - dot(x, &fa)).abs()).sum();
+        if sad < best.0 {
+            best = (sad, b, fa);
         }
     }
-    let k = [best.1, best.2];
     Ok(HostOverhead {
         per_layer_us: c[0],
         per_step_us: c[1],
         per_seq_cache_group_us: c[2],
-        graph_capture_us: k[1],
-        graph_capture_per_layer_us: k[0],
+        per_full_read_token_us: c[3],
+        per_sliding_read_token_us: c[4],
+        graph_capture_us: best.2[0],
+        graph_capture_per_kernel_us: best.1,
+        graph_capture_per_m_activations_us: best.2[1],
         source: format!(
             "fitted by `validate e2e` on {} replayed and {} capturing steps of the CUDA-graph runs of {} (tier {})",
             replays.len(),
             captures.len(),
-            CALIBRATION_FAMILIES.join(", "),
+            fitted_on.join(", "),
             tier.as_str()
         ),
         ..HostOverhead::zero()
     })
 }
 
-/// Ordinary least squares on 3 features, refitting without any coefficient that comes out
-/// negative (an overhead cannot be negative).
-fn nonneg_least_squares(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+/// Ordinary least squares, refitting without any coefficient that comes out negative (an
+/// overhead cannot be negative).
+fn nonneg_least_squares<const N: usize>(rows: &[([f64; N], f64)]) -> [f64; N] {
     nonneg_weighted_least_squares(rows, &vec![1.0; rows.len()])
 }
 
@@ -438,7 +463,7 @@ fn nonneg_least_squares(rows: &[([f64; 3], f64)]) -> [f64; 3] {
 /// squares. Host residuals over predicted GPU time are heavy-tailed: a run whose kernels the
 /// model mispredicts (gpt-oss's eager sink attention) shifts every step of it by the same
 /// error, which a squared loss spreads over every other family's host time.
-fn nonneg_least_absolute_deviations(rows: &[([f64; 3], f64)]) -> [f64; 3] {
+fn nonneg_least_absolute_deviations<const N: usize>(rows: &[([f64; N], f64)]) -> [f64; N] {
     // Residuals below this (1 us) count as exact, which keeps the weights finite.
     const EXACT_US: f64 = 1.0;
     let mut coef = nonneg_least_squares(rows);
@@ -454,14 +479,14 @@ fn nonneg_least_absolute_deviations(rows: &[([f64; 3], f64)]) -> [f64; 3] {
     coef
 }
 
-fn dot(x: &[f64; 3], c: &[f64; 3]) -> f64 {
+fn dot<const N: usize>(x: &[f64; N], c: &[f64; N]) -> f64 {
     x.iter().zip(c).map(|(a, b)| a * b).sum()
 }
 
-fn nonneg_weighted_least_squares(rows: &[([f64; 3], f64)], weights: &[f64]) -> [f64; 3] {
-    let mut active = [true; 3];
+fn nonneg_weighted_least_squares<const N: usize>(rows: &[([f64; N], f64)], weights: &[f64]) -> [f64; N] {
+    let mut active = [true; N];
     loop {
-        let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+        let idx: Vec<usize> = (0..N).filter(|&i| active[i]).collect();
         let k = idx.len();
         let mut a = vec![vec![0.0; k + 1]; k];
         for ((x, y), w) in rows.iter().zip(weights) {
@@ -473,7 +498,7 @@ fn nonneg_weighted_least_squares(rows: &[([f64; 3], f64)], weights: &[f64]) -> [
             }
         }
         let sol = solve(a);
-        let mut coef = [0.0; 3];
+        let mut coef = [0.0; N];
         for (r, &i) in idx.iter().enumerate() {
             coef[i] = sol[r];
         }
@@ -482,7 +507,7 @@ fn nonneg_weighted_least_squares(rows: &[([f64; 3], f64)], weights: &[f64]) -> [
             None => return coef,
         }
         if !active.iter().any(|&a| a) {
-            return [0.0; 3];
+            return [0.0; N];
         }
     }
 }
@@ -566,11 +591,14 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
 /// communication and TP step model on top.
-pub const SPLITS: [&str; 6] = ["calibration", "held-out", "held-out-tp", "calibration-cudagraph", "held-out-cudagraph", "held-out-tp-cudagraph"];
+pub const SPLITS: [&str; 7] =
+    ["calibration", "held-out", "held-out-tp", "host-probe-cudagraph", "calibration-cudagraph", "held-out-cudagraph", "held-out-tp-cudagraph"];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
     if run.graphs.is_some() && run.tp > 1 {
         "held-out-tp-cudagraph"
+    } else if run.graphs.is_some() && m.is_host_probe() {
+        "host-probe-cudagraph"
     } else if run.graphs.is_some() {
         if m.is_calibration() { "calibration-cudagraph" } else { "held-out-cudagraph" }
     } else if run.tp > 1 {

@@ -19,6 +19,14 @@ pub struct HostOverhead {
     #[serde(default)]
     pub per_seq_cache_group_us: f64,
     pub per_token_us: f64,
+    /// Per token of KV each scheduled sequence reads, per full-attention cache group: the
+    /// engine lists every token's cache slot on the host (transformers' `get_read_indices`).
+    #[serde(default)]
+    pub per_full_read_token_us: f64,
+    /// The same per sliding-window cache group (each sequence's read capped at the window),
+    /// a per-token Python loop in transformers, several times dearer than the full path.
+    #[serde(default)]
+    pub per_sliding_read_token_us: f64,
     /// Eager engines launch each layer's kernels from Python while the GPU runs: the step
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
     #[serde(default)]
@@ -33,15 +41,36 @@ pub struct HostOverhead {
     /// graph of an eager model replays at their launch floor.
     #[serde(default)]
     pub per_layer_us: f64,
-    /// CUDA-graph engines that capture lazily: a fixed cost and the per-layer launch time of the
-    /// eager passes of a capture (see `capture_extra_us`).
+    /// CUDA-graph engines that capture lazily: a fixed cost and the per-kernel launch time of
+    /// the eager passes of a capture (see `capture_extra_us`).
     #[serde(default)]
     pub graph_capture_us: f64,
     #[serde(default)]
-    pub graph_capture_per_layer_us: f64,
+    pub graph_capture_per_kernel_us: f64,
+    /// Per million activation elements of the captured step (padded tokens x hidden x layers):
+    /// the graph's private memory pool is allocated as the capture first sees the shape.
+    #[serde(default)]
+    pub graph_capture_per_m_activations_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
+}
+
+/// What one step asks of the host, in the units of the host model's terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepLoad {
+    pub layers: u64,
+    /// Kernel launches as the engine issues them (unfused pieces counted).
+    pub kernels: u64,
+    pub seqs: u64,
+    /// Scheduled sequences x the model's KV cache layer groups.
+    pub seq_groups: u64,
+    /// New (query) tokens of the step.
+    pub tokens: u64,
+    /// KV tokens the sequences read (cached + new), summed over full-attention cache groups.
+    pub full_read_tokens: u64,
+    /// The same over sliding-window cache groups, each sequence's capped at the window.
+    pub sliding_read_tokens: u64,
 }
 
 impl Default for HostOverhead {
@@ -53,11 +82,14 @@ impl Default for HostOverhead {
             per_seq_us: 2.0,
             per_seq_cache_group_us: 0.0,
             per_token_us: 0.05,
+            per_full_read_token_us: 0.0,
+            per_sliding_read_token_us: 0.0,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
-            graph_capture_per_layer_us: 0.0,
+            graph_capture_per_kernel_us: 0.0,
+            graph_capture_per_m_activations_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
@@ -71,24 +103,29 @@ impl HostOverhead {
             per_seq_us: 0.0,
             per_seq_cache_group_us: 0.0,
             per_token_us: 0.0,
+            per_full_read_token_us: 0.0,
+            per_sliding_read_token_us: 0.0,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
-            graph_capture_per_layer_us: 0.0,
+            graph_capture_per_kernel_us: 0.0,
+            graph_capture_per_m_activations_us: 0.0,
             source: "none".into(),
         }
     }
 
-    /// Step wall time from the GPU time of its kernels (`cache_groups`: the model's KV cache
-    /// layer groups).
-    pub fn step_us(&self, gpu_us: f64, num_layers: u64, num_kernels: u64, num_seqs: usize, cache_groups: u64, num_tokens: u64) -> f64 {
-        let launch = self.launch_per_layer_us * num_layers as f64 + self.launch_per_kernel_us * num_kernels as f64;
+    /// Step wall time from the GPU time of its kernels and what the step asks of the host.
+    pub fn step_us(&self, gpu_us: f64, load: &StepLoad) -> f64 {
+        let launch = self.launch_per_layer_us * load.layers as f64 + self.launch_per_kernel_us * load.kernels as f64;
         gpu_us.max(launch)
             + self.per_step_us
-            + self.per_layer_us * num_layers as f64
-            + (self.per_seq_us + self.per_seq_cache_group_us * cache_groups as f64) * num_seqs as f64
-            + self.per_token_us * num_tokens as f64
+            + self.per_layer_us * load.layers as f64
+            + self.per_seq_us * load.seqs as f64
+            + self.per_seq_cache_group_us * load.seq_groups as f64
+            + self.per_token_us * load.tokens as f64
+            + self.per_full_read_token_us * load.full_read_tokens as f64
+            + self.per_sliding_read_token_us * load.sliding_read_tokens as f64
     }
 
     /// One line: every non-zero term with its unit.
@@ -99,8 +136,15 @@ impl HostOverhead {
             (self.per_seq_us, "us/seq"),
             (self.per_seq_cache_group_us, "us/seq/cache-group"),
             (self.per_token_us, "us/token"),
+            (self.per_full_read_token_us, "us/KV-token/full-group"),
+            (self.per_sliding_read_token_us, "us/KV-token/sliding-group"),
         ];
-        let mut s: Vec<String> = terms.iter().filter(|(v, _)| *v > 0.0).map(|(v, u)| format!("{v:.1} {u}")).collect();
+        // Per-token terms are fractions of a microsecond: three decimals there.
+        let mut s: Vec<String> = terms
+            .iter()
+            .filter(|(v, _)| *v > 0.0)
+            .map(|(v, u)| if u.contains("token") { format!("{v:.3} {u}") } else { format!("{v:.1} {u}") })
+            .collect();
         if s.is_empty() {
             s.push("0 us/step".into());
         }
@@ -111,19 +155,23 @@ impl HostOverhead {
         if self.launch_per_kernel_us > 0.0 {
             line += &format!(", eager launches {:.1} us/kernel", self.launch_per_kernel_us);
         }
-        if self.graph_capture_us > 0.0 || self.graph_capture_per_layer_us > 0.0 {
-            line += &format!(", CUDA-graph capture {:.0} us + {:.0} us/layer", self.graph_capture_us, self.graph_capture_per_layer_us);
+        if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
+            line += &format!(
+                ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations",
+                self.graph_capture_us, self.graph_capture_per_kernel_us, self.graph_capture_per_m_activations_us
+            );
         }
         line
     }
 
     /// What capturing a step's CUDA graph adds to that step (transformers' `_capture_graph`):
     /// instead of one replay (`gpu_us`), an eager warm-up forward that lasts the longer of the
-    /// GPU work and its per-layer launches, then the recording pass (the same launches, no GPU
-    /// work), plus a fixed cost: `max(0, per_layer x layers - gpu) + per_layer x layers + fixed`.
-    pub fn capture_extra_us(&self, gpu_us: f64, num_layers: u64) -> f64 {
-        let launches = self.graph_capture_per_layer_us * num_layers as f64;
-        (launches - gpu_us).max(0.0) + launches + self.graph_capture_us
+    /// GPU work and its `kernels` launches, then the recording pass (the same launches, no GPU
+    /// work), plus a fixed cost and one per activation element (`activations`: padded tokens x
+    /// hidden x layers): `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + ...`.
+    pub fn capture_extra_us(&self, gpu_us: f64, kernels: u64, activations: u64) -> f64 {
+        let launches = self.graph_capture_per_kernel_us * kernels as f64;
+        (launches - gpu_us).max(0.0) + launches + self.graph_capture_us + self.graph_capture_per_m_activations_us * activations as f64 / 1e6
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
@@ -132,11 +180,14 @@ impl HostOverhead {
             ("per_seq_us", self.per_seq_us),
             ("per_seq_cache_group_us", self.per_seq_cache_group_us),
             ("per_token_us", self.per_token_us),
+            ("per_full_read_token_us", self.per_full_read_token_us),
+            ("per_sliding_read_token_us", self.per_sliding_read_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
             ("launch_per_kernel_us", self.launch_per_kernel_us),
             ("per_layer_us", self.per_layer_us),
             ("graph_capture_us", self.graph_capture_us),
-            ("graph_capture_per_layer_us", self.graph_capture_per_layer_us),
+            ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
+            ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
@@ -168,31 +219,41 @@ mod tests {
     fn eager_launch_bound_steps_take_the_longer_of_cpu_and_gpu() {
         let h = HostOverhead { per_step_us: 100.0, per_seq_us: 0.0, per_token_us: 0.0, launch_per_layer_us: 500.0, ..HostOverhead::default() };
         // 32 layers x 500 us = 16 ms of launches hide a 5 ms GPU step ...
-        assert_eq!(h.step_us(5_000.0, 32, 0, 1, 1, 1), 16_100.0);
+        let one = StepLoad { layers: 32, seqs: 1, seq_groups: 1, tokens: 1, ..StepLoad::default() };
+        assert_eq!(h.step_us(5_000.0, &one), 16_100.0);
         // ... but not a 40 ms one.
-        assert_eq!(h.step_us(40_000.0, 32, 0, 1, 1, 1), 40_100.0);
+        assert_eq!(h.step_us(40_000.0, &one), 40_100.0);
         // Per-kernel launches add to the per-layer ones: 32 x 500 + 400 x 50 = 36 ms.
         let k = HostOverhead { launch_per_kernel_us: 50.0, ..h };
-        assert_eq!(k.step_us(5_000.0, 32, 400, 1, 1, 1), 36_100.0);
+        assert_eq!(k.step_us(5_000.0, &StepLoad { kernels: 400, ..one }), 36_100.0);
     }
 
     #[test]
     fn group_bookkeeping_scales_with_sequences_times_cache_groups() {
         let h = HostOverhead { per_step_us: 1_000.0, per_seq_cache_group_us: 50.0, ..HostOverhead::zero() };
         // 32 sequences of a 6-group model (gemma-3 cut to 12 layers) vs a 1-group model.
-        assert_eq!(h.step_us(30_000.0, 12, 0, 32, 6, 32), 30_000.0 + 1_000.0 + 50.0 * 32.0 * 6.0);
-        assert_eq!(h.step_us(30_000.0, 12, 0, 32, 1, 32), 30_000.0 + 1_000.0 + 50.0 * 32.0);
+        let load = |groups: u64| StepLoad { layers: 12, seqs: 32, seq_groups: 32 * groups, tokens: 32, ..StepLoad::default() };
+        assert_eq!(h.step_us(30_000.0, &load(6)), 30_000.0 + 1_000.0 + 50.0 * 32.0 * 6.0);
+        assert_eq!(h.step_us(30_000.0, &load(1)), 30_000.0 + 1_000.0 + 50.0 * 32.0);
         assert_eq!(h.summary(), "1000.0 us/step + 50.0 us/seq/cache-group");
     }
 
     #[test]
+    fn kv_index_building_scales_with_read_tokens_per_group_kind() {
+        let h = HostOverhead { per_full_read_token_us: 0.1, per_sliding_read_token_us: 0.3, ..HostOverhead::zero() };
+        let load = StepLoad { full_read_tokens: 10_000, sliding_read_tokens: 50_000, ..StepLoad::default() };
+        assert!((h.step_us(0.0, &load) - (1_000.0 + 15_000.0)).abs() < 1e-6);
+        assert_eq!(h.summary(), "0.100 us/KV-token/full-group + 0.300 us/KV-token/sliding-group");
+    }
+
+    #[test]
     fn a_capture_costs_an_eager_forward_and_a_recording_pass() {
-        let h = HostOverhead { graph_capture_us: 10_000.0, graph_capture_per_layer_us: 1_000.0, ..HostOverhead::zero() };
-        // Launch-bound warm-up: 32 ms of launches hide a 5 ms step, then 32 ms of recording.
-        assert_eq!(h.capture_extra_us(5_000.0, 32), 27_000.0 + 32_000.0 + 10_000.0);
+        let h = HostOverhead { graph_capture_us: 10_000.0, graph_capture_per_kernel_us: 100.0, ..HostOverhead::zero() };
+        // Launch-bound warm-up: 320 launches (32 ms) hide a 5 ms step, then 32 ms of recording.
+        assert_eq!(h.capture_extra_us(5_000.0, 320, 0), 27_000.0 + 32_000.0 + 10_000.0);
         // GPU-bound warm-up (a 200 ms prefill): the forward itself adds nothing beyond the replay
         // it replaces; the recording still costs its launches.
-        assert_eq!(h.capture_extra_us(200_000.0, 32), 32_000.0 + 10_000.0);
+        assert_eq!(h.capture_extra_us(200_000.0, 320, 0), 32_000.0 + 10_000.0);
     }
 
     #[test]

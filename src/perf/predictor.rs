@@ -3,7 +3,7 @@
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
 use super::graphs::{CudaGraphs, GraphPadding};
-use super::host::HostOverhead;
+use super::host::{HostOverhead, StepLoad};
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
@@ -55,8 +55,10 @@ pub struct Predictor {
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
     unfused: std::collections::BTreeMap<crate::schema::Op, u32>,
-    /// The model's KV cache layer groups (host bookkeeping runs per group).
-    cache_groups: u64,
+    /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
+    /// runs per group) and its sliding window.
+    cache_groups: [u64; 3],
+    sliding_window: u64,
 }
 
 impl Predictor {
@@ -79,7 +81,8 @@ impl Predictor {
             token_cache: Mutex::new(HashMap::new()),
             graphs: None,
             unfused: Default::default(),
-            cache_groups: model.kv_cache_groups(),
+            cache_groups: model.kv_cache_groups_by_kind(),
+            sliding_window: model.max_sliding_window(),
         }
     }
 
@@ -154,7 +157,7 @@ impl Predictor {
     /// experts see. The padding rows all carry one token id, so the router sends them to one
     /// set of top-k experts: the expert kernels read the weights of the experts the real
     /// tokens pick plus that one set, as if for `real + 1` tokens (non-MoE models: unused).
-    fn step_tokens(&self, seqs: &[SeqWork]) -> (u64, u64) {
+    pub fn step_tokens(&self, seqs: &[SeqWork]) -> (u64, u64) {
         let real: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let padded = self.graphs.as_ref().map_or(real, |g| g.pad_q(real));
         let routed = if self.model.moe.is_some() { padded.min(real + 1) } else { padded };
@@ -238,18 +241,40 @@ impl Predictor {
         self.token_cost(padded, seqs.len() as u64, routed).1 + attention
     }
 
+    /// Activation elements of a step of `padded` query tokens, as a graph capture allocates
+    /// them: tokens x hidden x layers.
+    pub fn capture_activations(&self, padded: u64) -> u64 {
+        padded * self.model.hidden * self.model.num_layers
+    }
+
+    /// What the step asks of the host (`kernels`: its launches, `step_launches`).
+    pub fn step_load(&self, seqs: &[SeqWork], kernels: u64) -> StepLoad {
+        let [full, sliding, _] = self.cache_groups;
+        let read = |s: &SeqWork| s.cached_tokens as u64 + s.new_tokens as u64;
+        let full_read: u64 = if full > 0 { seqs.iter().map(read).sum() } else { 0 };
+        let sliding_read: u64 = if sliding > 0 { seqs.iter().map(|s| read(s).min(self.sliding_window)).sum() } else { 0 };
+        StepLoad {
+            layers: self.model.num_layers,
+            kernels,
+            seqs: seqs.len() as u64,
+            seq_groups: seqs.len() as u64 * self.cache_groups.iter().sum::<u64>().max(1),
+            tokens: seqs.iter().map(|s| s.new_tokens as u64).sum(),
+            full_read_tokens: full_read * full,
+            sliding_read_tokens: sliding_read * sliding,
+        }
+    }
+
     /// The step's cost and whether it captured a new CUDA graph (always false without graphs).
     pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, bool) {
-        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let (padded, routed) = self.step_tokens(seqs);
         let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
         let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
-        let wall_us = self.host.step_us(gpu_us, self.model.num_layers, launches, seqs.len(), self.cache_groups, tokens);
+        let wall_us = self.host.step_us(gpu_us, &self.step_load(seqs, launches));
         cost.add_class("host", wall_us - gpu_us);
         let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
         if captured {
-            cost.add_class("host", self.host.capture_extra_us(gpu_us, self.model.num_layers));
+            cost.add_class("host", self.host.capture_extra_us(gpu_us, launches, self.capture_activations(padded)));
         }
         (cost, captured)
     }
