@@ -64,6 +64,7 @@ def main():
             eager_sinks(query, key, value, mask, sinks, 0.125)
             torch.cuda.synchronize()
         kernels[f"q{q}_kv{keys}"] = [(e.key, round(e.device_time_total, 2)) for e in prof.key_averages() if e.device_time_total > 0]
+        print(q, keys, kernels[f"q{q}_kv{keys}"], flush=True)
         rows.append({"q_tokens": q, "keys": keys, "heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM,
                      "median_us": round(statistics.median(times), 2), "min_us": round(min(times), 2)})
         print(rows[-1], flush=True)
