@@ -45,7 +45,7 @@ ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embed
 OPS = {
     "gemm": (("m", "n", "k"), {"bf16", "fp8"}, {"cublas", "cublaslt_scaled_mm"}),
     "attn_prefill": (("batch", "seq_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
-                     {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked"}),
+                     {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked", "torch_eager_sinks"}),
     "attn_decode": (("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
                     {"triton_paged", "sdpa_flash"}),
     "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm"}),
@@ -217,8 +217,12 @@ def working_set_bytes(r):
     if op == "attn_prefill":
         q = r["batch"] * r["seq_len"] * r["num_heads"] * r["head_dim"] * 2
         kv = 2 * r["batch"] * (r["kv_len"] + r["seq_len"]) * r["num_kv_heads"] * r["head_dim"] * 2
-        mask = r["seq_len"] * (r["kv_len"] + r["seq_len"]) * 2 if r["backend"] == "sdpa_cudnn_masked" else 0
-        return 2 * q + kv + mask
+        mask = r["seq_len"] * (r["kv_len"] + r["seq_len"]) * 2 if r["backend"] in ("sdpa_cudnn_masked", "torch_eager_sinks") else 0
+        # The eager math path materialises the scores (and the concatenated, softmaxed copies)
+        # and the KV repeated to every query head.
+        scores = 3 * r["num_heads"] * mask if r["backend"] == "torch_eager_sinks" else 0
+        repeated = 2 * (r["kv_len"] + r["seq_len"]) * r["num_heads"] * r["head_dim"] * 2 if r["backend"] == "torch_eager_sinks" else 0
+        return 2 * q + kv + mask + scores + repeated
     if op == "attn_decode":
         kv = 2 * r["batch"] * r["kv_len"] * r["num_kv_heads"] * r["head_dim"] * 2
         return kv + 2 * r["batch"] * r["num_heads"] * r["head_dim"] * 2
@@ -561,6 +565,8 @@ class Gpu:
         be = r["backend"]
         if be == "sdpa_cudnn_masked":
             return self.packed_masked_attention(b, s, p, h, d, nb), be
+        if be == "torch_eager_sinks":
+            return self.eager_sinks_attention(s, p, h, hk, d), be
         if p == 0:
             fns = [lambda q=q, k=k, v=v: self._sdpa(be, q, k, v, True, h != hk) for q, k, v in sets]
             try:
@@ -585,6 +591,31 @@ class Gpu:
             log(f"    flash op refused GQA ({str(exc).splitlines()[0][:100]}); K/V expanded to {h} heads beforehand")
             sets = [(q, k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)) for q, k, v in sets]
             return [lambda q=q, k=k, v=v: flash(q, k, v, 0.0, True, False)[0] for q, k, v in sets], "sdpa_flash(kv_expanded)"
+
+    def eager_sinks_attention(self, s, p, h, hk, d):
+        """transformers' `paged|eager` attention of a model with attention sinks (gpt-oss), as
+        continuous batching runs it: s packed queries against p + s gathered keys of hk heads,
+        repeat_kv to h heads, QK^T x scale, additive bf16 mask, concatenated per-head sink
+        logit, max-subtract, softmax in the logits' dtype, the sink column sliced off (an
+        unaligned view), PV, transpose. One buffer set: the scores dominate memory."""
+        torch, F = self.torch, self.F
+        n, g = p + s, h // hk
+        q = self.randn(1, h, s, d)
+        k, v = self.randn(1, hk, n, d), self.randn(1, hk, n, d)
+        mask = torch.zeros(1, 1, s, n, device="cuda", dtype=torch.bfloat16)
+        mask[..., s:] = float("-inf")
+        sinks = self.randn(h)
+        scale = d ** -0.5
+
+        def run():
+            kr = k[:, :, None].expand(-1, -1, g, -1, -1).reshape(1, h, n, d)
+            vr = v[:, :, None].expand(-1, -1, g, -1, -1).reshape(1, h, n, d)
+            w = torch.matmul(q, kr.transpose(2, 3)) * scale + mask
+            logits = torch.cat([w, sinks.reshape(1, -1, 1, 1).expand(1, -1, s, -1)], dim=-1)
+            logits = logits - logits.max(dim=-1, keepdim=True).values
+            probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1]
+            return torch.matmul(probs, vr).transpose(1, 2).contiguous()
+        return [run]
 
     def packed_masked_attention(self, b, s, p, h, d, nb):
         """transformers' `paged|sdpa` attention: all scheduled queries packed into one sequence of

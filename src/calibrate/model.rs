@@ -124,13 +124,21 @@ pub struct OpModel {
 
 /// The measurement path of a row (`OpModel::by_path` key): `module` for MLA rows that time the
 /// whole module, `eager` for collectives timed as the NCCL kernel of eager `torch.distributed`
-/// calls (Vidur's cluster profiles); None for the rows the model itself holds.
+/// calls (Vidur's cluster profiles), `eager_sinks` for attention timed as transformers' eager
+/// math path with sinks (a chain of torch kernels over the materialised scores, 10-20x slower
+/// than the fused kernels sharing the op); None for the rows the model itself holds.
 fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op.is_collective() && features::is_eager_kernel_timed(backend) {
         return Some("eager");
     }
+    if op == Op::AttnPrefill && backend == EAGER_SINKS_BACKEND {
+        return Some("eager_sinks");
+    }
     features::mla_module_weights(op, backend).map(|_| "module")
 }
+
+/// Backend of transformers' eager attention with sinks (`microbench/collect.py`).
+pub const EAGER_SINKS_BACKEND: &str = "torch_eager_sinks";
 
 fn one() -> f64 {
     1.0

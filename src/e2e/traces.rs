@@ -53,6 +53,9 @@ pub struct TraceStep {
     pub q_tokens: u64,
     pub kv_read: u64,
     pub end_s: f64,
+    /// GPU time of the step measured with CUDA events (ms), where the folder holds a
+    /// `steps.jsonl` profile of the run (the host probes).
+    pub gpu_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -185,6 +188,7 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
             q_tokens: n(3)? as u64,
             kv_read: n(4)? as u64,
             end_s: n(5)?,
+            gpu_ms: None,
         };
         if step.end_s < step.start_s {
             bail!("{origin}: steps[{j}] ends before it starts");
@@ -283,10 +287,41 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
         runs.retain(|r| !r.requests.is_empty());
         models.push(TraceModel { label, family, config, runs });
     }
+    let profile = dir.join("steps.jsonl");
+    if profile.is_file() {
+        attach_step_gpu_times(&profile, &mut models)?;
+    }
     if models.is_empty() {
         bail!("no trace folders (with runs.jsonl) under {}", dir.display());
     }
     Ok(models)
+}
+
+/// Attaches the CUDA-event GPU time of every step (`steps.jsonl`: one line per run, `call`,
+/// `run_id`, `steps` as `[t_call_s, host_call_ms, gpu_ms, q_padded]`) to the runs it profiled.
+/// `compute_batch` also ran for the engine's warm-up captures before the first scheduled step:
+/// the last `steps.len()` calls are the scheduled steps, in order.
+fn attach_step_gpu_times(path: &Path, models: &mut [TraceModel]) -> Result<()> {
+    for (line, v) in read_jsonl(path)? {
+        let origin = format!("{}: line {line}", path.display());
+        let key = format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?"));
+        let Some(run) = models.iter_mut().flat_map(|m| m.runs.iter_mut()).find(|r| r.key == key) else { continue };
+        let gpu_ms: Vec<f64> = v
+            .get("steps")
+            .and_then(Value::as_array)
+            .ok_or_else(|| anyhow!("{origin}: field 'steps' missing"))?
+            .iter()
+            .map(|s| s.get(2).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: a step without gpu_ms")))
+            .collect::<Result<_>>()?;
+        let offset = gpu_ms
+            .len()
+            .checked_sub(run.steps.len())
+            .ok_or_else(|| anyhow!("{origin}: {} profiled steps for the run's {} logged steps", gpu_ms.len(), run.steps.len()))?;
+        for (s, &g) in run.steps.iter_mut().zip(&gpu_ms[offset..]) {
+            s.gpu_ms = Some(g);
+        }
+    }
+    Ok(())
 }
 
 /// The metrics compared per run.
@@ -404,8 +439,14 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
                 let (cost, captured) = p.step_time_and_capture(&batch);
                 let l = p.step_load(&batch, 0);
                 let x = [l.layers as f64, 1.0, l.seq_groups as f64, l.full_read_tokens as f64, l.sliding_read_tokens as f64];
-                // A zero host model charges nothing for a capture: cost is the GPU time.
-                let residual = (s.end_s - s.start_s) * 1e6 - cost.total_us;
+                // A zero host model charges nothing for a capture: cost is the GPU time. A
+                // replayed step whose GPU time was measured (the probes, whose tiny kernels the
+                // kernel model times worst) leaves the host time itself.
+                let gpu_us = match s.gpu_ms {
+                    Some(ms) if !captured => ms * 1e3,
+                    _ => cost.total_us,
+                };
+                let residual = (s.end_s - s.start_s) * 1e6 - gpu_us;
                 if captured {
                     let padded = p.step_tokens(&batch).0;
                     captures.push((x, p.step_launches(&batch) as f64, p.capture_activations(padded) as f64 / 1e6, cost.total_us, residual));

@@ -301,7 +301,8 @@ pub fn packed_lengths(model: &ModelConfig, seqs: &[SeqWork], pad: Option<&CudaGr
 /// Attention of the `PackedSdpa` implementation, as the kernels it really runs: the gather of
 /// the scheduled requests' KV from the paged cache, the repeat of KV heads up to the query
 /// heads (a copy), and one masked cuDNN attention (batch 1, `seq_len` = queries, `kv_len` =
-/// keys before them) whose time the calibrated model knows as backend `sdpa_cudnn_masked`.
+/// keys before them) whose time the calibrated model knows as backend `sdpa_cudnn_masked`;
+/// models with attention sinks run the eager math path instead (backend `torch_eager_sinks`).
 pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork], pad: Option<&CudaGraphs>) -> Vec<KernelInstance> {
     let mut out = Vec::new();
     let (hq, hkv) = heads_per_gpu(model, dep.tp);
@@ -328,19 +329,15 @@ pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWor
         if matches!(attn, AttnKind::Sliding { .. }) {
             copy("kv_masked_scatter", tensor(kv_heads), "torch_masked_scatter");
         }
-        copy("kv_repeat", tensor(hq), "torch_repeat_kv");
         if model.attention_sinks {
-            // SDPA has no sinks: transformers runs `paged|eager`, the math path: per-head QK^T
-            // and PV GEMMs around the (queries x keys) score matrix, which the mask add, the
-            // sink-logit concatenation, the fp32 softmax (read and write) and the cast each pass over.
-            // One batched GEMM per layer each; shapes chosen to move each head's keys (QK^T)
-            // and the whole score matrix (PV) once.
-            out.push(KernelInstance { name: format!("{tag}.scores_qk"), kernel: Kernel::gemm(a, q, keys * hq, d), count, library: None });
-            let scores = Kernel { num_tokens: q * hq, hidden: keys, ..Kernel::new(Op::Add, a) };
-            out.push(KernelInstance { name: format!("{tag}.masked_softmax"), kernel: scores, count: 5 * count, library: Some("torch") });
-            out.push(KernelInstance { name: format!("{tag}.scores_pv"), kernel: Kernel::gemm(a, q * hq, d, keys), count, library: None });
+            // SDPA has no sinks: transformers runs `paged|eager`, the math path (repeat_kv,
+            // QK^T, mask add, sink concat, softmax, an unaligned PV GEMM), timed as one op by
+            // the calibrated model from `microbench/data/h200_sxm/h200_sxm_eager_sinks.csv`.
+            let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: kv_heads, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
+            out.push(KernelInstance { name: format!("{tag}.eager_sinks_attention"), kernel: k, count, library: Some("torch_eager_sinks") });
             continue;
         }
+        copy("kv_repeat", tensor(hq), "torch_repeat_kv");
         let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: hq, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
         out.push(KernelInstance { name: format!("{tag}.packed_masked_sdpa"), kernel: k, count, library: None });
     }
@@ -397,14 +394,16 @@ mod tests {
 
     #[test]
     fn attention_sinks_run_the_math_path() {
-        // gpt-oss has attention sinks, which SDPA cannot take: transformers uses eager attention.
+        // gpt-oss has attention sinks, which SDPA cannot take: transformers runs its eager math
+        // path, measured as one op (library torch_eager_sinks) over the KV heads it repeats itself.
         let m = ModelConfig::load("gpt-oss-20b").unwrap();
         assert!(m.attention_sinks);
         let ks = packed_sdpa_kernels(&m, &Deployment::default(), &decode(4, 100), None);
-        assert!(ks.iter().all(|k| k.kernel.op != Op::AttnPrefill));
-        let qk = ks.iter().find(|k| k.name.ends_with("scores_qk")).unwrap();
-        let (hq, _) = heads_per_gpu(&m, 1);
-        // One batched GEMM per layer: 4 queries against 404 keys for every query head.
-        assert_eq!((qk.kernel.m, qk.kernel.n, qk.kernel.k), (4, 404 * hq, m.head_dim));
+        let (hq, hkv) = heads_per_gpu(&m, 1);
+        let attn: Vec<_> = ks.iter().filter(|k| k.kernel.op == Op::AttnPrefill).collect();
+        assert!(!attn.is_empty() && attn.iter().all(|k| k.library == Some("torch_eager_sinks")));
+        // 4 queries against 4 + 400 keys, KV heads not yet repeated; no separate repeat copy.
+        assert_eq!((attn[0].kernel.seq_len, attn[0].kernel.kv_len, attn[0].kernel.num_heads, attn[0].kernel.num_kv_heads), (4, 400, hq, hkv));
+        assert!(ks.iter().all(|k| !k.name.ends_with("kv_repeat")));
     }
 }
