@@ -201,3 +201,19 @@ fn shipped_predictions_grow_with_size() {
         }
     }
 }
+
+#[test]
+fn a_library_fitted_on_its_own_path_is_predicted_by_that_path() {
+    // transformers' eager attention with sinks (gpt-oss) is a chain of torch kernels 20-30x
+    // slower than the fused attention sharing its op; the shipped H200 model fits it apart
+    // (`by_path["eager_sinks"]`) and a kernel naming that library must reach that model.
+    // Measured (microbench/data/h200_sxm/h200_sxm_eager_sinks.csv): 1,999 us at 64 queries x
+    // (16,384 + 64) keys, 64/8 heads of 64 dims.
+    let g = load_gpu("h200_sxm").unwrap();
+    let km = KernelModel::load(&g, Tier::Target).unwrap();
+    let k = Kernel { batch: 1, seq_len: 64, kv_len: 16384, num_heads: 64, num_kv_heads: 8, head_dim: 64, ..Kernel::new(Op::AttnPrefill, Dtype::Bf16) };
+    let eager = km.predict_us_with(&k, Some("torch_eager_sinks"));
+    assert!((eager / 1999.0 - 1.0).abs() < 0.25, "eager sink attention predicted {eager:.0} us, measured 1999 us");
+    let fused = km.predict_us(&k);
+    assert!(eager > 5.0 * fused, "eager {eager:.0} us vs fused {fused:.0} us");
+}

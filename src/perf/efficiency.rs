@@ -159,7 +159,12 @@ impl KernelModel {
             }
             None => self.libraries.get(&k.op).map(Vec::as_slice),
         };
-        match prefs.map(|prefs| pick_category(&m.backends, prefs, k.dtype)) {
+        // A library measured on its own path (`OpModel::by_path`, e.g. eager attention with
+        // sinks) is known to that path's model only.
+        let pick = |prefs: &[String]| {
+            pick_category(&m.backends, prefs, k.dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, k.dtype)))
+        };
+        match prefs.map(pick) {
             Some(Some((category, true))) => m.predict_us(k, &self.gpu, Some(category)),
             Some(Some((category, false))) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
