@@ -50,7 +50,8 @@ def timed_run(model, cfg, label, workload, out, log, t_end, prof=None):
     import torch
     log.clear()
     t0 = time.perf_counter()
-    run = {"workload": workload, "cuda_graph": True}
+    name, _, first = workload.partition("/first")  # "sharegpt_r5/first30": its first 30 requests
+    run = {"workload": name, "cuda_graph": True, **({"limit": int(first)} if first else {})}
     if prof is not None:
         prof.enable()
     # A run under cProfile has inflated host times: it is not recorded as a trace.
@@ -101,6 +102,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline-s", type=float, default=520)
     ap.add_argument("--probes-only", action="store_true", help="skip the real-model profiles (a repeat of the probes)")
+    ap.add_argument("--probe-workloads", help="comma-separated workloads for the probes instead of the grid "
+                    "(NAME or NAME/firstN)")
+    ap.add_argument("--profiles", help="semicolon-separated MODEL:LAYERS:WORKLOAD,... instead of PROFILES "
+                    "(LAYERS empty: all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t_end = time.time() + a.deadline_s
@@ -111,10 +116,14 @@ def main():
     env["nvidia_smi_before"] = harness.nvidia_smi()
     log = []
     profile_steps.install_step_timer(log)
+    grid = a.probe_workloads.split(",") if a.probe_workloads else GRID
     for p in PROBES:
-        one_model(p, p, lambda p=p: probe_config(p), GRID, a.out, log, t_end,
+        one_model(p, p, lambda p=p: probe_config(p), grid, a.out, log, t_end,
                   profile_run="grid_i512_o64_c32" if p == "host-probe-g6" else None)
-    for name, layers, wls in ([] if a.probes_only else PROFILES):
+    profiles = PROFILES
+    if a.profiles:
+        profiles = [(m, int(l) if l else None, w.split(",")) for m, l, w in (x.split(":") for x in a.profiles.split(";"))]
+    for name, layers, wls in ([] if a.probes_only else profiles):
         if time.time() > t_end - 40:
             harness.append_jsonl(os.path.join(a.out, "models.jsonl"), {"model": name, "status": "skipped", "error": "deadline"})
             continue
