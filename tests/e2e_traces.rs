@@ -33,6 +33,8 @@ fn kv_cache_groups_match_what_the_engine_reported() {
         for m in &models {
             for r in m.runs.iter().filter(|r| r.layer_groups.is_some()) {
                 assert_eq!(r.layer_groups, Some(m.config.kv_cache_groups()), "{} {}", m.label, r.key);
+                // The replayed cache is one group's blocks: the capacity the harness asked for.
+                assert_eq!(r.blocks_per_group as u64 * r.block_size as u64, r.kv_cap_tokens, "{} {}", m.label, r.key);
                 seen.insert(m.label.clone(), m.config.kv_cache_groups());
             }
         }

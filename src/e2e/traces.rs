@@ -211,7 +211,9 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         key: format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?")),
         status: v.get("status").and_then(Value::as_str).unwrap_or("?").to_string(),
         block_size: u64_field(cache, "block_size", origin)? as u32,
-        blocks_per_group: u64_field(engine, "num_blocks", origin)? as u32,
+        // The harness sizes the cache as `num_blocks` over all layer groups (each group holds
+        // its own blocks); the simulator's pool is one group's, the full-attention one's.
+        blocks_per_group: (u64_field(engine, "num_blocks", origin)? / engine.get("layer_groups").and_then(Value::as_u64).unwrap_or(1).max(1)) as u32,
         max_batch_tokens: u64_field(cache, "max_batch_tokens", origin)? as u32,
         prefix_sharing: cache.get("use_prefix_sharing").and_then(Value::as_bool).unwrap_or(false),
         tp: engine.get("tp").and_then(Value::as_u64).unwrap_or(1).max(1),
