@@ -1,5 +1,5 @@
 //! Replays the committed H200 traces; checks loading, the host fit and the report structure.
-use kernelsight::e2e::traces::{fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, validate, CALIBRATION_FAMILIES};
+use kernelsight::e2e::traces::{fit_host, fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, validate, CALIBRATION_FAMILIES};
 use kernelsight::perf::host::HostOverhead;
 use kernelsight::perf::Tier;
 use std::path::Path;
@@ -117,4 +117,20 @@ fn a_token_before_arrival_is_rejected_with_its_line() {
     std::fs::write(dst.join("requests.jsonl"), lines.join("\n")).unwrap();
     let err = format!("{:#}", load_dir(dir.path()).unwrap_err());
     assert!(err.contains("line 3") && err.contains("precedes the request's arrival"), "{err}");
+}
+
+#[test]
+fn eager_host_fit_keeps_the_probes_bookkeeping_terms() {
+    // The engine's block bookkeeping is the same Python with or without CUDA graphs: the eager
+    // fit takes the probe-measured terms as given and fits launches and step terms on the rest.
+    let probes = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_host_probe")).unwrap();
+    let cg = fit_host_cudagraph(&probes, Tier::Roofline).unwrap();
+    let eager_traces = load_dir(Path::new(DIR)).unwrap();
+    let eager = fit_host(&eager_traces, Tier::Roofline, Some(&cg)).unwrap();
+    assert_eq!(eager.per_sliding_read_token_us, cg.per_sliding_read_token_us);
+    assert_eq!(eager.per_seq_cache_group_us, cg.per_seq_cache_group_us);
+    // Eager steps are launch-bound: tens of microseconds per kernel launch.
+    assert!(eager.launch_per_kernel_us > 10.0 && eager.graph_capture_us == 0.0, "{eager:?}");
+    let plain = fit_host(&eager_traces, Tier::Roofline, None).unwrap();
+    assert_eq!(plain.per_sliding_read_token_us, 0.0);
 }

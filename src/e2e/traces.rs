@@ -383,10 +383,20 @@ pub fn logged_step_batch(s: &TraceStep) -> Vec<SeqWork> {
 /// Fits the eager `hf` host model on the calibration families' decode-only steps where the host
 /// dominates (predicted GPU time under half the measured step): measured = launch x kernels
 /// (the step's kernel launches as the engine issues them, unfused pieces counted) + per_step +
-/// per_seq x sequences, by least squares with non-negative coefficients. (A per-sequence term
-/// per KV cache group, as the CUDA-graph model has, fitted to 0 here and raised held-out eager
-/// TPOT error from 15.3 to 19.2 %: the eager steps' launches dominate.)
-pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
+/// per_seq x sequences (+ the probes' bookkeeping terms, fixed), by least squares with
+/// non-negative coefficients. (Fitting a per-group term on these steps themselves gave 0 and
+/// raised held-out eager TPOT error from 15.3 to 19.2 %: the eager steps' launches dominate.)
+pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOverhead>) -> Result<HostOverhead> {
+    // The engine's block bookkeeping and KV index lists (`prepare_batch_tensors`) are the same
+    // Python in both modes: where the probes measured them (`bookkeeping`, the CUDA-graph fit),
+    // they are taken as given and the launch and step terms fitted on what is left.
+    let keep = bookkeeping.map(|b| HostOverhead {
+        per_seq_cache_group_us: b.per_seq_cache_group_us,
+        per_full_read_token_us: b.per_full_read_token_us,
+        per_sliding_read_token_us: b.per_sliding_read_token_us,
+        ..HostOverhead::zero()
+    });
+    let keep = keep.unwrap_or_else(HostOverhead::zero);
     let mut rows: Vec<([f64; 3], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_none()) {
@@ -396,7 +406,8 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
                 let batch = logged_step_batch(s);
                 let gpu_us = p.step_time(&batch).total_us;
                 if gpu_us < 0.5 * measured_us {
-                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64], measured_us));
+                    let rest_us = measured_us - keep.step_us(0.0, &p.step_load(&batch, 0));
+                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64], rest_us));
                 }
             }
         }
@@ -410,12 +421,13 @@ pub fn fit_host(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
         per_step_us: coef[1],
         per_seq_us: coef[2],
         source: format!(
-            "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {})",
+            "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {}){}",
             rows.len(),
             CALIBRATION_FAMILIES.join(", "),
-            tier.as_str()
+            tier.as_str(),
+            if bookkeeping.is_some() { ", with the probes' bookkeeping terms" } else { "" }
         ),
-        ..HostOverhead::zero()
+        ..keep
     })
 }
 
@@ -697,8 +709,8 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     let any_graphs = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_some()));
     let any_eager = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_none()));
     for &tier in tiers {
-        let host = if any_eager { Some(fit_host(&models, tier)?) } else { None };
         let host_cg = if any_graphs { Some(fit_host_cudagraph(&models, tier)?) } else { None };
+        let host = if any_eager { Some(fit_host(&models, tier, host_cg.as_ref())?) } else { None };
         for m in &models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = if run.graphs.is_some() { &host_cg } else { &host };
