@@ -8,7 +8,7 @@ use crate::hardware::load_gpu;
 use crate::model::ModelConfig;
 use crate::perf::efficiency::KernelModel;
 use crate::perf::graphs::GraphPadding;
-use crate::perf::host::HostOverhead;
+use crate::perf::host::{CaptureLoad, HostOverhead};
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
@@ -440,7 +440,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
 /// (its per-layer launch time and fixed part fitted on what is left of those steps).
 pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut replays: Vec<([f64; 4], f64)> = Vec::new();
-    let mut captures: Vec<([f64; 4], f64, f64, f64, f64)> = Vec::new(); // (replay features, launches, M activations, gpu, residual)
+    let mut captures: Vec<([f64; 4], CaptureLoad, f64, f64)> = Vec::new(); // (replay features, capture load, gpu, residual)
     let mut fitted_on: Vec<&str> = Vec::new();
     for m in models.iter().filter(|m| m.fits_host()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_some()) {
@@ -466,7 +466,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
                 let residual = (s.end_s - s.start_s) * 1e6 - gpu_us;
                 if captured {
                     let padded = p.step_tokens(&batch).0;
-                    captures.push((x, p.step_launches(&batch) as f64, p.capture_activations(padded) as f64 / 1e6, cost.total_us, residual));
+                    captures.push((x, p.capture_load(padded, p.step_launches(&batch)), cost.total_us, residual));
                 } else if s.gpu_ms.is_some() {
                     // Replayed steps fit the host terms only where their GPU time was measured:
                     // the host time itself, whatever the tier's kernel model predicts.
@@ -479,18 +479,24 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         bail!("only {} replayed and {} capturing steps in the calibration CUDA-graph traces; need 10 and 3", replays.len(), captures.len());
     }
     let c = nonneg_least_absolute_deviations(&replays);
-    // Capturing steps: residual = max(0, b K - gpu) + b K + fixed + a A (K: the step's kernel
-    // launches, A: its million activation elements). Grid over the per-kernel launch time b
-    // (0 to 200 us by 0.5 us); fixed and a by non-negative least absolute deviations.
-    let mut best = (f64::INFINITY, 0.0, [0.0; 2]);
+    // Capturing steps: residual = max(0, b K - gpu) + b K + fixed + a A + m M (K: the step's
+    // kernel launches, A: its million activation elements, M: its MoE layers). Grid over the
+    // per-kernel launch time b (0 to 200 us by 0.5 us); fixed, a and m by non-negative least
+    // absolute deviations.
+    let mut best = (f64::INFINITY, 0.0, [0.0; 3]);
     for i in 0..=400 {
         let b = i as f64 * 0.5;
-        let rows: Vec<([f64; 2], f64)> =
-            captures.iter().map(|(x, k, act, gpu, r)| ([1.0, *act], r - dot(x, &c) - (b * k - gpu).max(0.0) - b * k)).collect();
-        let fa = nonneg_least_absolute_deviations(&rows);
-        let sad: f64 = rows.iter().map(|(x, y)| (y - dot(x, &fa)).abs()).sum();
+        let rows: Vec<([f64; 3], f64)> = captures
+            .iter()
+            .map(|(x, l, gpu, r)| {
+                let k = l.kernels as f64;
+                ([1.0, l.activations as f64 / 1e6, l.moe_layers as f64], r - dot(x, &c) - (b * k - gpu).max(0.0) - b * k)
+            })
+            .collect();
+        let fam = nonneg_least_absolute_deviations(&rows);
+        let sad: f64 = rows.iter().map(|(x, y)| (y - dot(x, &fam)).abs()).sum();
         if sad < best.0 {
-            best = (sad, b, fa);
+            best = (sad, b, fam);
         }
     }
     Ok(HostOverhead {
@@ -501,6 +507,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         graph_capture_us: best.2[0],
         graph_capture_per_kernel_us: best.1,
         graph_capture_per_m_activations_us: best.2[1],
+        graph_capture_per_moe_layer_us: best.2[2],
         source: format!(
             "fitted by `validate e2e` on {} replayed and {} capturing steps of the CUDA-graph runs of {} (tier {})",
             replays.len(),

@@ -51,9 +51,23 @@ pub struct HostOverhead {
     /// the graph's private memory pool is allocated as the capture first sees the shape.
     #[serde(default)]
     pub graph_capture_per_m_activations_us: f64,
+    /// Per MoE layer of the captured step: the experts' eager warm-up (routing, grouped GEMMs
+    /// over a new token count) costs more than its launches.
+    #[serde(default)]
+    pub graph_capture_per_moe_layer_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
+}
+
+/// What capturing a step's CUDA graph involves, in the units of the capture terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CaptureLoad {
+    /// The step's kernel launches (each pass of the capture launches them all).
+    pub kernels: u64,
+    /// Padded tokens x hidden x layers.
+    pub activations: u64,
+    pub moe_layers: u64,
 }
 
 /// What one step asks of the host, in the units of the host model's terms.
@@ -90,6 +104,7 @@ impl Default for HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
+            graph_capture_per_moe_layer_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
@@ -111,6 +126,7 @@ impl HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
+            graph_capture_per_moe_layer_us: 0.0,
             source: "none".into(),
         }
     }
@@ -157,8 +173,8 @@ impl HostOverhead {
         }
         if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
             line += &format!(
-                ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations",
-                self.graph_capture_us, self.graph_capture_per_kernel_us, self.graph_capture_per_m_activations_us
+                ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations + {:.0} us/MoE-layer",
+                self.graph_capture_us, self.graph_capture_per_kernel_us, self.graph_capture_per_m_activations_us, self.graph_capture_per_moe_layer_us
             );
         }
         line
@@ -167,11 +183,15 @@ impl HostOverhead {
     /// What capturing a step's CUDA graph adds to that step (transformers' `_capture_graph`):
     /// instead of one replay (`gpu_us`), an eager warm-up forward that lasts the longer of the
     /// GPU work and its `kernels` launches, then the recording pass (the same launches, no GPU
-    /// work), plus a fixed cost and one per activation element (`activations`: padded tokens x
-    /// hidden x layers): `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + ...`.
-    pub fn capture_extra_us(&self, gpu_us: f64, kernels: u64, activations: u64) -> f64 {
-        let launches = self.graph_capture_per_kernel_us * kernels as f64;
-        (launches - gpu_us).max(0.0) + launches + self.graph_capture_us + self.graph_capture_per_m_activations_us * activations as f64 / 1e6
+    /// work), plus a fixed cost, one per activation element and one per MoE layer:
+    /// `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + ...`.
+    pub fn capture_extra_us(&self, gpu_us: f64, c: &CaptureLoad) -> f64 {
+        let launches = self.graph_capture_per_kernel_us * c.kernels as f64;
+        (launches - gpu_us).max(0.0)
+            + launches
+            + self.graph_capture_us
+            + self.graph_capture_per_m_activations_us * c.activations as f64 / 1e6
+            + self.graph_capture_per_moe_layer_us * c.moe_layers as f64
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
@@ -188,6 +208,7 @@ impl HostOverhead {
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
             ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
+            ("graph_capture_per_moe_layer_us", self.graph_capture_per_moe_layer_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
@@ -250,10 +271,14 @@ mod tests {
     fn a_capture_costs_an_eager_forward_and_a_recording_pass() {
         let h = HostOverhead { graph_capture_us: 10_000.0, graph_capture_per_kernel_us: 100.0, ..HostOverhead::zero() };
         // Launch-bound warm-up: 320 launches (32 ms) hide a 5 ms step, then 32 ms of recording.
-        assert_eq!(h.capture_extra_us(5_000.0, 320, 0), 27_000.0 + 32_000.0 + 10_000.0);
+        assert_eq!(h.capture_extra_us(5_000.0, &CaptureLoad { kernels: 320, ..CaptureLoad::default() }), 27_000.0 + 32_000.0 + 10_000.0);
         // GPU-bound warm-up (a 200 ms prefill): the forward itself adds nothing beyond the replay
         // it replaces; the recording still costs its launches.
-        assert_eq!(h.capture_extra_us(200_000.0, 320, 0), 32_000.0 + 10_000.0);
+        assert_eq!(h.capture_extra_us(200_000.0, &CaptureLoad { kernels: 320, ..CaptureLoad::default() }), 32_000.0 + 10_000.0);
+        // Activations and MoE layers add their own terms.
+        let m = HostOverhead { graph_capture_per_m_activations_us: 100.0, graph_capture_per_moe_layer_us: 2_000.0, ..h };
+        let load = CaptureLoad { kernels: 320, activations: 500_000_000, moe_layers: 24 };
+        assert_eq!(m.capture_extra_us(200_000.0, &load), 32_000.0 + 10_000.0 + 50_000.0 + 48_000.0);
     }
 
     #[test]

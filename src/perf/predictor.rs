@@ -3,7 +3,7 @@
 //! collectives) are memoized by (tokens, sequences); attention is timed per step.
 
 use super::graphs::{CudaGraphs, GraphPadding};
-use super::host::{HostOverhead, StepLoad};
+use super::host::{CaptureLoad, HostOverhead, StepLoad};
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
@@ -241,10 +241,15 @@ impl Predictor {
         self.token_cost(padded, seqs.len() as u64, routed).1 + attention
     }
 
-    /// Activation elements of a step of `padded` query tokens, as a graph capture allocates
-    /// them: tokens x hidden x layers.
-    pub fn capture_activations(&self, padded: u64) -> u64 {
-        padded * self.model.hidden * self.model.num_layers
+    /// What capturing the graph of a step of `padded` query tokens and `kernels` launches
+    /// involves: its activations as the capture allocates them (tokens x hidden x layers) and
+    /// its MoE layers.
+    pub fn capture_load(&self, padded: u64, kernels: u64) -> CaptureLoad {
+        CaptureLoad {
+            kernels,
+            activations: padded * self.model.hidden * self.model.num_layers,
+            moe_layers: self.model.layers.iter().filter(|l| l.moe).count() as u64,
+        }
     }
 
     /// What the step asks of the host (`kernels`: its launches, `step_launches`).
@@ -274,7 +279,7 @@ impl Predictor {
         cost.add_class("host", wall_us - gpu_us);
         let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
         if captured {
-            cost.add_class("host", self.host.capture_extra_us(gpu_us, launches, self.capture_activations(padded)));
+            cost.add_class("host", self.host.capture_extra_us(gpu_us, &self.capture_load(padded, launches)));
         }
         (cost, captured)
     }
