@@ -479,24 +479,23 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         bail!("only {} replayed and {} capturing steps in the calibration CUDA-graph traces; need 10 and 3", replays.len(), captures.len());
     }
     let c = nonneg_least_absolute_deviations(&replays);
-    // Capturing steps: residual = max(0, b K - gpu) + b K + fixed + a A + m M (K: the step's
-    // kernel launches, A: its million activation elements, M: its MoE layers). Grid over the
-    // per-kernel launch time b (0 to 200 us by 0.5 us); fixed, a and m by non-negative least
-    // absolute deviations.
-    let mut best = (f64::INFINITY, 0.0, [0.0; 3]);
+    // Capturing steps: residual = max(0, b K - gpu) + b K + fixed + a A (K: the step's kernel
+    // launches, A: its million activation elements). Grid over the per-kernel launch time b
+    // (0 to 200 us by 0.5 us); fixed and a by non-negative least absolute deviations.
+    let mut best = (f64::INFINITY, 0.0, [0.0; 2]);
     for i in 0..=400 {
         let b = i as f64 * 0.5;
-        let rows: Vec<([f64; 3], f64)> = captures
+        let rows: Vec<([f64; 2], f64)> = captures
             .iter()
             .map(|(x, l, gpu, r)| {
                 let k = l.kernels as f64;
-                ([1.0, l.activations as f64 / 1e6, l.moe_layers as f64], r - dot(x, &c) - (b * k - gpu).max(0.0) - b * k)
+                ([1.0, l.activations as f64 / 1e6], r - dot(x, &c) - (b * k - gpu).max(0.0) - b * k)
             })
             .collect();
-        let fam = nonneg_least_absolute_deviations(&rows);
-        let sad: f64 = rows.iter().map(|(x, y)| (y - dot(x, &fam)).abs()).sum();
+        let fa = nonneg_least_absolute_deviations(&rows);
+        let sad: f64 = rows.iter().map(|(x, y)| (y - dot(x, &fa)).abs()).sum();
         if sad < best.0 {
-            best = (sad, b, fam);
+            best = (sad, b, fa);
         }
     }
     Ok(HostOverhead {
@@ -507,7 +506,6 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         graph_capture_us: best.2[0],
         graph_capture_per_kernel_us: best.1,
         graph_capture_per_m_activations_us: best.2[1],
-        graph_capture_per_moe_layer_us: best.2[2],
         source: format!(
             "fitted by `validate e2e` on {} replayed and {} capturing steps of the CUDA-graph runs of {} (tier {})",
             replays.len(),

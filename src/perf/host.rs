@@ -51,10 +51,6 @@ pub struct HostOverhead {
     /// the graph's private memory pool is allocated as the capture first sees the shape.
     #[serde(default)]
     pub graph_capture_per_m_activations_us: f64,
-    /// Per MoE layer of the captured step: the experts' eager warm-up (routing, grouped GEMMs
-    /// over a new token count) costs more than its launches.
-    #[serde(default)]
-    pub graph_capture_per_moe_layer_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -67,7 +63,6 @@ pub struct CaptureLoad {
     pub kernels: u64,
     /// Padded tokens x hidden x layers.
     pub activations: u64,
-    pub moe_layers: u64,
 }
 
 /// What one step asks of the host, in the units of the host model's terms.
@@ -104,7 +99,6 @@ impl Default for HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
-            graph_capture_per_moe_layer_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
@@ -126,7 +120,6 @@ impl HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
-            graph_capture_per_moe_layer_us: 0.0,
             source: "none".into(),
         }
     }
@@ -173,8 +166,8 @@ impl HostOverhead {
         }
         if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
             line += &format!(
-                ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations + {:.0} us/MoE-layer",
-                self.graph_capture_us, self.graph_capture_per_kernel_us, self.graph_capture_per_m_activations_us, self.graph_capture_per_moe_layer_us
+                ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations",
+                self.graph_capture_us, self.graph_capture_per_kernel_us, self.graph_capture_per_m_activations_us
             );
         }
         line
@@ -183,15 +176,14 @@ impl HostOverhead {
     /// What capturing a step's CUDA graph adds to that step (transformers' `_capture_graph`):
     /// instead of one replay (`gpu_us`), an eager warm-up forward that lasts the longer of the
     /// GPU work and its `kernels` launches, then the recording pass (the same launches, no GPU
-    /// work), plus a fixed cost, one per activation element and one per MoE layer:
-    /// `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + ...`.
+    /// work), plus a fixed cost and one per activation element:
+    /// `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + per_activation x ...`.
     pub fn capture_extra_us(&self, gpu_us: f64, c: &CaptureLoad) -> f64 {
         let launches = self.graph_capture_per_kernel_us * c.kernels as f64;
         (launches - gpu_us).max(0.0)
             + launches
             + self.graph_capture_us
             + self.graph_capture_per_m_activations_us * c.activations as f64 / 1e6
-            + self.graph_capture_per_moe_layer_us * c.moe_layers as f64
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
@@ -208,7 +200,6 @@ impl HostOverhead {
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
             ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
-            ("graph_capture_per_moe_layer_us", self.graph_capture_per_moe_layer_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
@@ -275,10 +266,10 @@ mod tests {
         // GPU-bound warm-up (a 200 ms prefill): the forward itself adds nothing beyond the replay
         // it replaces; the recording still costs its launches.
         assert_eq!(h.capture_extra_us(200_000.0, &CaptureLoad { kernels: 320, ..CaptureLoad::default() }), 32_000.0 + 10_000.0);
-        // Activations and MoE layers add their own terms.
-        let m = HostOverhead { graph_capture_per_m_activations_us: 100.0, graph_capture_per_moe_layer_us: 2_000.0, ..h };
-        let load = CaptureLoad { kernels: 320, activations: 500_000_000, moe_layers: 24 };
-        assert_eq!(m.capture_extra_us(200_000.0, &load), 32_000.0 + 10_000.0 + 50_000.0 + 48_000.0);
+        // Activations add their own term.
+        let m = HostOverhead { graph_capture_per_m_activations_us: 100.0, ..h };
+        let load = CaptureLoad { kernels: 320, activations: 500_000_000 };
+        assert_eq!(m.capture_extra_us(200_000.0, &load), 32_000.0 + 10_000.0 + 50_000.0);
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct Predictor {
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
     unfused: std::collections::BTreeMap<crate::schema::Op, u32>,
+    /// Ops the engine launches as several kernels but that are timed as one (launch counts).
+    launches_per_op: std::collections::BTreeMap<crate::schema::Op, u32>,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
     /// runs per group) and its sliding window.
     cache_groups: [u64; 3],
@@ -81,6 +83,7 @@ impl Predictor {
             token_cache: Mutex::new(HashMap::new()),
             graphs: None,
             unfused: Default::default(),
+            launches_per_op: Default::default(),
             cache_groups: model.kv_cache_groups_by_kind(),
             sliding_window: model.max_sliding_window(),
         }
@@ -112,6 +115,7 @@ impl Predictor {
         let km = km.with_op_backends(&engine.op_backends()?);
         let mut p = Predictor::with_kernel_model(model, gpu, dep, Arc::new(km)).with_host_overhead(host).with_attention_impl(engine.attention_impl);
         p.unfused = engine.unfused_ops()?;
+        p.launches_per_op = engine.op_launches()?;
         if let Some(pad) = engine.cuda_graphs {
             p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
         }
@@ -206,7 +210,8 @@ impl Predictor {
 
     /// Kernel launches of `ki` in a step, an op the engine runs unfused counting each piece.
     fn launches(&self, ki: &KernelInstance) -> u64 {
-        ki.count * self.unfused.get(&ki.kernel.op).copied().unwrap_or(1) as u64
+        let op = &ki.kernel.op;
+        ki.count * self.unfused.get(op).or_else(|| self.launches_per_op.get(op)).copied().unwrap_or(1) as u64
     }
 
     /// Adds the kernels' time to `cost`; returns how many kernel launches they are (an op the
@@ -242,14 +247,10 @@ impl Predictor {
     }
 
     /// What capturing the graph of a step of `padded` query tokens and `kernels` launches
-    /// involves: its activations as the capture allocates them (tokens x hidden x layers) and
-    /// its MoE layers.
+    /// involves: its launches and its activations as the capture allocates them (tokens x
+    /// hidden x layers).
     pub fn capture_load(&self, padded: u64, kernels: u64) -> CaptureLoad {
-        CaptureLoad {
-            kernels,
-            activations: padded * self.model.hidden * self.model.num_layers,
-            moe_layers: self.model.layers.iter().filter(|l| l.moe).count() as u64,
-        }
+        CaptureLoad { kernels, activations: padded * self.model.hidden * self.model.num_layers }
     }
 
     /// What the step asks of the host (`kernels`: its launches, `step_launches`).

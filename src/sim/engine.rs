@@ -48,6 +48,12 @@ pub struct EngineParams {
     /// timed as one elementwise pass over the op's tensor.
     #[serde(default)]
     pub unfused_elementwise: BTreeMap<String, u32>,
+    /// Ops whose one calibrated kernel is, as the engine runs it, several launches (`op =
+    /// launches`, e.g. transformers' grouped-GEMM experts: routing sort, histogram, gathers,
+    /// three grouped GEMMs, scatter): counted for the host's launch and capture terms only,
+    /// timed as the one op.
+    #[serde(default)]
+    pub kernel_launches: BTreeMap<String, u32>,
 }
 
 /// One kernel-library prefix or several in preference order.
@@ -88,6 +94,20 @@ impl EngineParams {
             .collect()
     }
 
+    /// `kernel_launches` keyed by op, rejecting unknown op names and zero counts.
+    pub fn op_launches(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
+        self.kernel_launches
+            .iter()
+            .map(|(op, &n)| {
+                let op = op_key("kernel_launches", op)?;
+                if n == 0 {
+                    bail!("field 'kernel_launches': '{op}' must launch at least 1 kernel, got 0");
+                }
+                Ok((op, n))
+            })
+            .collect()
+    }
+
     /// By embedded name (`vllm`, `sglang`, `static`) or path to a TOML file.
     pub fn load(name_or_path: &str) -> Result<EngineParams> {
         let (text, origin) = if name_or_path.ends_with(".toml") {
@@ -117,6 +137,7 @@ impl EngineParams {
         }
         self.op_backends()?;
         self.unfused_ops()?;
+        self.op_launches()?;
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("'gpu_memory_utilization' must be in (0, 1], got {}", self.gpu_memory_utilization);
         }
@@ -157,6 +178,14 @@ mod kernel_backend_tests {
         assert_eq!(b[&Op::AllReduce], vec!["vllm/custom_ar_graph".to_string(), "nccl".to_string()]);
         let e = with_backends("\n[kernel_backends]\ngemmm = \"cublas\"\n").unwrap_err();
         assert!(format!("{e:#}").contains("kernel_backends") && format!("{e:#}").contains("gemmm"), "{e:#}");
+    }
+
+    #[test]
+    fn kernel_launches_count_launches_and_reject_zero() {
+        let p = with_backends("\n[kernel_launches]\nmoe = 34\n").unwrap();
+        assert_eq!(p.op_launches().unwrap()[&Op::Moe], 34);
+        let e = with_backends("\n[kernel_launches]\nmoe = 0\n").unwrap_err();
+        assert!(format!("{e:#}").contains("kernel_launches") && format!("{e:#}").contains("at least 1"), "{e:#}");
     }
 
     #[test]
