@@ -7,9 +7,8 @@ use super::stats::{ape, ErrorStats};
 use super::traces::{self, TraceModel};
 use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
-use anyhow::{anyhow, Context, Result};
+use anyhow::Result;
 use serde::Serialize;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -29,31 +28,19 @@ pub struct StepGpuRow {
 /// configs (the profile folder holds none) and the run records with the step log.
 pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Result<Vec<StepGpuRow>> {
     let path = profile_dir.join("steps.jsonl");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let runs_path = profile_dir.join("runs.jsonl");
     let run_logs = traces::load_runs(&runs_path)?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).map_err(|e| anyhow!("{}: line {}: {e}", path.display(), i + 1))?;
-        let label = v.get("model").and_then(Value::as_str).unwrap_or("?");
-        let run_id = v.get("run_id").and_then(Value::as_str).unwrap_or("?");
+    for prof in traces::read_step_profiles(&path)? {
+        let (label, run_id) = (prof.model.as_str(), prof.run_id.as_str());
         // The profiled run (torch.profiler on) was not recorded with its step log.
         let Some(run) = run_logs.iter().find(|r| r.key.ends_with(&format!("/{run_id}")) && r.graphs.is_some()) else { continue };
         let Some(model) = models.iter().find(|m| m.label == label) else { continue };
-        let gpu_ms: Vec<f64> = v
-            .get("steps")
-            .and_then(Value::as_array)
-            .ok_or_else(|| anyhow!("{}: line {}: field 'steps' missing", path.display(), i + 1))?
-            .iter()
-            .map(|s| s.get(2).and_then(Value::as_f64).ok_or_else(|| anyhow!("{}: line {}: a step without gpu_ms", path.display(), i + 1)))
-            .collect::<Result<_>>()?;
-        // compute_batch also ran for the engine's warm-up captures before the first scheduled
-        // step: the last `steps.len()` calls are the scheduled steps, in order.
-        let Some(offset) = gpu_ms.len().checked_sub(run.steps.len()) else { continue };
+        let Some(gpu_ms) = prof.scheduled(run.steps.len()) else { continue };
         for &tier in tiers {
             let p = traces::predictor_for(&model.config, run, tier, HostOverhead::zero())?;
             let mut pairs = Vec::new();
-            for (s, &measured) in run.steps.iter().zip(&gpu_ms[offset..]) {
+            for (s, &measured) in run.steps.iter().zip(gpu_ms) {
                 let (cost, captured) = p.step_time_and_capture(&traces::logged_step_batch(s));
                 if !captured && s.num_requests > 0 {
                     pairs.push((measured, cost.total_us / 1e3));

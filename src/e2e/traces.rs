@@ -299,27 +299,51 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
     Ok(models)
 }
 
-/// Attaches the CUDA-event GPU time of every step (`steps.jsonl`: one line per run, `call`,
-/// `run_id`, `steps` as `[t_call_s, host_call_ms, gpu_ms, q_padded]`) to the runs it profiled.
-/// `compute_batch` also ran for the engine's warm-up captures before the first scheduled step:
-/// the last `steps.len()` calls are the scheduled steps, in order.
+/// One run's CUDA-event GPU time per `compute_batch` call (`steps.jsonl` of a profile: one line
+/// per run, `steps` as `[t_call_s, host_call_ms, gpu_ms, q_padded]`).
+pub struct StepProfile {
+    pub model: String,
+    pub run_id: String,
+    /// The device call (absent in the first profile folder's lines).
+    pub call: Option<String>,
+    pub gpu_ms: Vec<f64>,
+}
+
+impl StepProfile {
+    /// The GPU times of a run's `scheduled` logged steps, in order: `compute_batch` also ran for
+    /// the engine's warm-up captures before the first scheduled step, so they are the last ones.
+    pub fn scheduled(&self, scheduled: usize) -> Option<&[f64]> {
+        self.gpu_ms.len().checked_sub(scheduled).map(|offset| &self.gpu_ms[offset..])
+    }
+}
+
+pub fn read_step_profiles(path: &Path) -> Result<Vec<StepProfile>> {
+    read_jsonl(path)?
+        .into_iter()
+        .map(|(line, v)| {
+            let origin = format!("{}: line {line}", path.display());
+            let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+            let gpu_ms = v
+                .get("steps")
+                .and_then(Value::as_array)
+                .ok_or_else(|| anyhow!("{origin}: field 'steps' missing"))?
+                .iter()
+                .map(|s| s.get(2).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: a step without gpu_ms")))
+                .collect::<Result<_>>()?;
+            Ok(StepProfile { model: text("model").unwrap_or_default(), run_id: text("run_id").unwrap_or_default(), call: text("call"), gpu_ms })
+        })
+        .collect()
+}
+
+/// Attaches the CUDA-event GPU time of every step to the runs a folder's `steps.jsonl` profiled.
 fn attach_step_gpu_times(path: &Path, models: &mut [TraceModel]) -> Result<()> {
-    for (line, v) in read_jsonl(path)? {
-        let origin = format!("{}: line {line}", path.display());
-        let key = format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?"));
+    for prof in read_step_profiles(path)? {
+        let key = format!("{}/{}", prof.call.as_deref().unwrap_or("?"), prof.run_id);
         let Some(run) = models.iter_mut().flat_map(|m| m.runs.iter_mut()).find(|r| r.key == key) else { continue };
-        let gpu_ms: Vec<f64> = v
-            .get("steps")
-            .and_then(Value::as_array)
-            .ok_or_else(|| anyhow!("{origin}: field 'steps' missing"))?
-            .iter()
-            .map(|s| s.get(2).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: a step without gpu_ms")))
-            .collect::<Result<_>>()?;
-        let offset = gpu_ms
-            .len()
-            .checked_sub(run.steps.len())
-            .ok_or_else(|| anyhow!("{origin}: {} profiled steps for the run's {} logged steps", gpu_ms.len(), run.steps.len()))?;
-        for (s, &g) in run.steps.iter_mut().zip(&gpu_ms[offset..]) {
+        let gpu_ms = prof
+            .scheduled(run.steps.len())
+            .ok_or_else(|| anyhow!("{}: run {key}: {} profiled steps for its {} logged steps", path.display(), prof.gpu_ms.len(), run.steps.len()))?;
+        for (s, &g) in run.steps.iter_mut().zip(gpu_ms) {
             s.gpu_ms = Some(g);
         }
     }

@@ -334,7 +334,7 @@ pub fn packed_sdpa_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWor
             // QK^T, mask add, sink concat, softmax, an unaligned PV GEMM), timed as one op by
             // the calibrated model from `microbench/data/h200_sxm/h200_sxm_eager_sinks.csv`.
             let k = Kernel { batch: 1, seq_len: q, kv_len: keys - q, num_heads: hq, num_kv_heads: kv_heads, head_dim: d, ..Kernel::new(Op::AttnPrefill, a) };
-            out.push(KernelInstance { name: format!("{tag}.eager_sinks_attention"), kernel: k, count, library: Some("torch_eager_sinks") });
+            out.push(KernelInstance { name: format!("{tag}.eager_sinks_attention"), kernel: k, count, library: Some(crate::calibrate::model::EAGER_SINKS_BACKEND) });
             continue;
         }
         copy("kv_repeat", tensor(hq), "torch_repeat_kv");

@@ -56,6 +56,20 @@ pub struct EngineParams {
     pub kernel_launches: BTreeMap<String, u32>,
 }
 
+/// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.
+fn kernel_counts(field: &str, table: &BTreeMap<String, u32>) -> Result<BTreeMap<crate::schema::Op, u32>> {
+    table
+        .iter()
+        .map(|(op, &n)| {
+            let op = op_key(field, op)?;
+            if n == 0 {
+                bail!("field '{field}': '{op}' must run as at least 1 kernel, got 0");
+            }
+            Ok((op, n))
+        })
+        .collect()
+}
+
 /// One kernel-library prefix or several in preference order.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
@@ -82,30 +96,12 @@ impl EngineParams {
 
     /// `unfused_elementwise` keyed by op, rejecting unknown op names and zero counts.
     pub fn unfused_ops(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
-        self.unfused_elementwise
-            .iter()
-            .map(|(op, &n)| {
-                let op = op_key("unfused_elementwise", op)?;
-                if n == 0 {
-                    bail!("field 'unfused_elementwise': '{op}' must run as at least 1 kernel, got 0");
-                }
-                Ok((op, n))
-            })
-            .collect()
+        kernel_counts("unfused_elementwise", &self.unfused_elementwise)
     }
 
     /// `kernel_launches` keyed by op, rejecting unknown op names and zero counts.
     pub fn op_launches(&self) -> Result<BTreeMap<crate::schema::Op, u32>> {
-        self.kernel_launches
-            .iter()
-            .map(|(op, &n)| {
-                let op = op_key("kernel_launches", op)?;
-                if n == 0 {
-                    bail!("field 'kernel_launches': '{op}' must launch at least 1 kernel, got 0");
-                }
-                Ok((op, n))
-            })
-            .collect()
+        kernel_counts("kernel_launches", &self.kernel_launches)
     }
 
     /// By embedded name (`vllm`, `sglang`, `static`) or path to a TOML file.
