@@ -126,7 +126,10 @@ pub struct OpModel {
 /// whole module, `eager` for collectives timed as the NCCL kernel of eager `torch.distributed`
 /// calls (Vidur's cluster profiles), `eager_sinks` for attention timed as transformers' eager
 /// math path with sinks (a chain of torch kernels over the materialised scores, 10-20x slower
-/// than the fused kernels sharing the op); None for the rows the model itself holds.
+/// than the fused kernels sharing the op), `packed_sdpa` for transformers' packed masked cuDNN
+/// attention (flat in the query length up to ~512 tokens where the fused kernels grow, so in
+/// the shared trees its off-grid query lengths swung 30 % between neighbours); None for the
+/// rows the model itself holds.
 fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op.is_collective() && features::is_eager_kernel_timed(backend) {
         return Some("eager");
@@ -134,11 +137,16 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op == Op::AttnPrefill && backend == EAGER_SINKS_BACKEND {
         return Some("eager_sinks");
     }
+    if op == Op::AttnPrefill && backend == PACKED_SDPA_BACKEND {
+        return Some("packed_sdpa");
+    }
     features::mla_module_weights(op, backend).map(|_| "module")
 }
 
 /// Backend of transformers' eager attention with sinks (`microbench/collect.py`).
 pub const EAGER_SINKS_BACKEND: &str = "torch_eager_sinks";
+/// Backend of transformers' packed masked SDPA attention (cuDNN; `microbench/collect.py`).
+pub const PACKED_SDPA_BACKEND: &str = "sdpa_cudnn_masked";
 
 fn one() -> f64 {
     1.0

@@ -199,6 +199,8 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         Some(r) if uses_cuda_graphs(r.get("use_cuda_graph")) => Some(GraphPadding {
             q_tokens: u64_field(r, "q_padding_interval_size", origin)? as u32,
             kv_tokens: u64_field(r, "kv_padding_interval_size", origin)? as u32,
+            // transformers 5.17 (the traces' version) keys graphs by the longest key sequence too.
+            seqlen_k_pow2_min: Some(1024),
         }),
         _ => None,
     };

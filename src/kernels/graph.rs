@@ -298,6 +298,26 @@ pub fn packed_lengths(model: &ModelConfig, seqs: &[SeqWork], pad: Option<&CudaGr
     (q, groups.into_iter().map(|(attn, count)| (attn, count, read + q)).collect())
 }
 
+/// The longest key sequence of the step per attention type, as transformers counts it
+/// (`get_seqlens_k`): full attention reads all cached keys plus the new ones, sliding attention
+/// at most `window - 1` cached ones plus the new ones. Full first, then sliding; types the model
+/// does not have are left out.
+pub fn max_seqlen_k(model: &ModelConfig, seqs: &[SeqWork]) -> Vec<u64> {
+    let longest = |cap: u64| seqs.iter().map(|s| s.new_tokens as u64 + (s.cached_tokens as u64).min(cap)).max().unwrap_or(0);
+    let groups = attention_groups(model);
+    let mut out = Vec::new();
+    if groups.iter().any(|(k, _)| *k == AttnKind::Full) {
+        out.push(longest(u64::MAX));
+    }
+    if let Some(window) = groups.iter().find_map(|(k, _)| match k {
+        AttnKind::Sliding { window } => Some(*window),
+        _ => None,
+    }) {
+        out.push(longest(window.saturating_sub(1)));
+    }
+    out
+}
+
 /// Attention of the `PackedSdpa` implementation, as the kernels it really runs: the gather of
 /// the scheduled requests' KV from the paged cache, the repeat of KV heads up to the query
 /// heads (a copy), and one masked cuDNN attention (batch 1, `seq_len` = queries, `kv_len` =
@@ -354,6 +374,18 @@ mod tests {
     }
 
     #[test]
+    fn longest_key_sequence_per_attention_type() {
+        let seqs = [SeqWork { new_tokens: 1, cached_tokens: 5000 }, SeqWork { new_tokens: 300, cached_tokens: 0 }];
+        let llama = ModelConfig::load("llama-3.1-8b").unwrap();
+        assert_eq!(max_seqlen_k(&llama, &seqs), vec![5001]);
+        // gemma-3: full layers and 1024-token sliding windows; mistral: sliding layers only.
+        let gemma = ModelConfig::load("gemma-3-27b-it").unwrap();
+        assert_eq!(max_seqlen_k(&gemma, &seqs), vec![5001, 1024]);
+        let mistral = ModelConfig::load("mistral-7b-v0.1").unwrap();
+        assert_eq!(max_seqlen_k(&mistral, &seqs), vec![4096]);
+    }
+
+    #[test]
     fn packed_attention_sums_queries_and_keys_and_pads_them() {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         // 8 decoding requests with 500 cached tokens each: 8 queries against 4000 + 8 keys.
@@ -361,7 +393,7 @@ mod tests {
         assert_eq!(q, 8);
         assert_eq!(groups, vec![(AttnKind::Full, 32, 4008)]);
         // CUDA graphs pad queries to 64 and the KV read to 16384 (here below the cache size).
-        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
         let (q, groups) = packed_lengths(&m, &decode(8, 500), Some(&g));
         assert_eq!((q, groups[0].2), (64, 16384 + 64));
         let ks = packed_sdpa_kernels(&m, &Deployment::default(), &decode(8, 500), Some(&g));

@@ -2,7 +2,9 @@
 //! step's packed queries are padded up to a multiple of `q_tokens` and the KV it reads up to a
 //! multiple of `kv_tokens` (capped at the cache size), one graph is replayed per padded shape,
 //! and a shape seen for the first time is captured then (the capture's cost is host time, see
-//! `HostOverhead::graph_capture_us`).
+//! `HostOverhead::graph_capture_us`). transformers' graph key (`_get_graph_key` of its varlen
+//! path) also holds each attention type's longest key sequence, padded to a power of two of at
+//! least `seqlen_k_pow2_min`: a request growing past 1024, 2048, ... keys captures a new graph.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -15,12 +17,19 @@ pub struct GraphPadding {
     pub q_tokens: u32,
     /// KV tokens read by a step (summed over its requests) are padded up to a multiple of this.
     pub kv_tokens: u32,
+    /// Where the graph key holds the longest key sequence per attention type: its power-of-two
+    /// padding starts here (transformers 5.17: 1024). Absent: not part of the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seqlen_k_pow2_min: Option<u32>,
 }
 
 impl GraphPadding {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.q_tokens == 0 || self.kv_tokens == 0 {
             anyhow::bail!("cuda_graphs: 'q_tokens' and 'kv_tokens' must be at least 1 (got {} and {})", self.q_tokens, self.kv_tokens);
+        }
+        if let Some(m) = self.seqlen_k_pow2_min.filter(|m| !m.is_power_of_two()) {
+            anyhow::bail!("cuda_graphs: 'seqlen_k_pow2_min' must be a power of two (got {m})");
         }
         Ok(())
     }
@@ -56,6 +65,11 @@ impl CudaGraphs {
         pad_to(kv, self.padding.kv_tokens as u64, self.kv_cap_tokens)
     }
 
+    /// The graph key's entry for a longest key sequence of `len` tokens (None: not keyed).
+    pub fn pad_seqlen_k(&self, len: u64) -> Option<u64> {
+        self.padding.seqlen_k_pow2_min.map(|min| len.max(min as u64).next_power_of_two().min(self.kv_cap_tokens.max(min as u64)))
+    }
+
     /// Records the graph of padded shape `key`; true when it had not been captured before.
     pub fn first_use(&self, key: Vec<u64>) -> bool {
         self.captured.lock().expect("graph set poisoned").insert(key)
@@ -79,9 +93,21 @@ mod tests {
 
     #[test]
     fn a_shape_is_captured_once() {
-        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
         assert!(g.first_use(vec![64, 16384]));
         assert!(!g.first_use(vec![64, 16384]));
         assert!(g.first_use(vec![128, 16384]));
+    }
+
+    #[test]
+    fn longest_key_sequence_pads_to_a_power_of_two_from_the_minimum() {
+        let keyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
+        assert_eq!(keyed.pad_seqlen_k(1), Some(1024));
+        assert_eq!(keyed.pad_seqlen_k(1024), Some(1024));
+        assert_eq!(keyed.pad_seqlen_k(1025), Some(2048));
+        assert_eq!(keyed.pad_seqlen_k(70_000), Some(98304));
+        let unkeyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
+        assert_eq!(unkeyed.pad_seqlen_k(5000), None);
+        assert!(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1000) }.validate().is_err());
     }
 }

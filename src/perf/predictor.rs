@@ -7,7 +7,7 @@ use super::host::{CaptureLoad, HostOverhead, StepLoad};
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
-use crate::kernels::graph::{attention_kernels, packed_lengths, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
+use crate::kernels::graph::{attention_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -139,12 +139,14 @@ impl Predictor {
     }
 
     /// The graph a step replays: its padded query tokens and, for packed attention, the padded
-    /// keys of each attention group.
+    /// keys it reads and (where the engine keys by it) each attention type's padded longest key
+    /// sequence.
     fn graph_key(&self, graphs: &CudaGraphs, seqs: &[SeqWork]) -> Vec<u64> {
         let (q, groups) = packed_lengths(&self.model, seqs, Some(graphs));
         let mut key = vec![q];
         if self.attention_impl == AttentionImpl::PackedSdpa {
             key.extend(groups.iter().map(|g| g.2));
+            key.extend(max_seqlen_k(&self.model, seqs).into_iter().filter_map(|len| graphs.pad_seqlen_k(len)));
         }
         key
     }
@@ -353,7 +355,7 @@ mod tests {
         let g = load_gpu("h200_sxm").unwrap();
         let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline)
             .unwrap()
-            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
         let experts = |seqs: &[SeqWork]| {
             let t = p.kernel_table(seqs);
             let e = t.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap();
@@ -384,20 +386,24 @@ mod tests {
             .unwrap()
             .with_host_overhead(host)
             .with_attention_impl(AttentionImpl::PackedSdpa)
-            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384 }, 8192, 98304);
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
         let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
         let (first, captured) = p.step_time_and_capture(&step(8, 500));
         assert!(captured);
         // The capture adds the host's capture cost (no per-layer launch time in this host).
         let gpu = first.total_us - first.host_us;
         assert!((first.host_us - 50_000.0).abs() < 1e-6, "{first:?}");
-        // 8 x 1000 cached tokens pad to the same 64 queries and 16384 KV tokens: same graph,
-        // same padded work.
-        let (again, captured) = p.step_time_and_capture(&step(8, 1000));
+        // 8 x 900 cached tokens pad to the same 64 queries, 16384 KV tokens and 1024-key longest
+        // sequence: same graph, same padded work.
+        let (again, captured) = p.step_time_and_capture(&step(8, 900));
         assert!(!captured && again.host_us == 0.0);
         assert!((again.total_us - gpu).abs() < 1e-6);
         // So do 60 sequences (60 queries pad to 64).
         assert!(!p.step_time_and_capture(&step(60, 200)).1);
+        // One request growing past 1024 keys changes the key, at the same padded work.
+        let (grown, captured) = p.step_time_and_capture(&[step(7, 500), step(1, 1100)].concat());
+        assert!(captured && (grown.total_us - grown.host_us - gpu).abs() < 1e-6, "{grown:?}");
+        assert!(!p.step_time_and_capture(&[step(7, 300), step(1, 1500)].concat()).1);
         // A longer KV read crosses the padding boundary: a new graph.
         assert!(p.step_time_and_capture(&step(8, 3000)).1);
     }
