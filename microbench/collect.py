@@ -48,7 +48,7 @@ OPS = {
                      {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked", "torch_eager_sinks"}),
     "attn_decode": (("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
                     {"triton_paged", "sdpa_flash"}),
-    "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm"}),
+    "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm", "hf_grouped_mm"}),
     "moe_router": (("num_tokens", "hidden", "num_experts", "topk"), {"bf16"}, {"torch"}),
     "rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton"}),
     "fused_add_rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton"}),
@@ -185,6 +185,8 @@ def check_shape(r):
             raise PlanError(f"inter/tp ({r['inter']}/{tp}) and hidden ({r['hidden']}) must be whole multiples of 8 (grouped GEMM alignment)")
         if r["routing"] not in ROUTINGS:
             raise PlanError(f"field 'routing' = '{r['routing']}' is unknown; allowed: {', '.join(ROUTINGS)}")
+        if r["backend"] == "hf_grouped_mm" and (tp > 1 or ep > 1):
+            raise PlanError("'hf_grouped_mm' is transformers' experts module on one GPU: give tp = ep = 1")
     elif r["routing"]:
         raise PlanError(f"field 'routing' is for moe rows only (op '{op}')")
     if op == "moe_router" and r["topk"] > r["num_experts"]:
@@ -698,6 +700,8 @@ class Gpu:
         return ids.to(self.dev), w.to(self.dev)
 
     def build_moe(self, r):
+        if r["backend"] == "hf_grouped_mm":
+            return [self.hf_experts(r)], "hf_grouped_mm(transformers grouped_mm_experts_forward)"
         t, hd = r["num_tokens"], r["hidden"]
         tp, ep = max(r["tp"], 1), max(r["ep"], 1)
         el, inter = r["num_experts"] // ep, r["inter"] // tp
@@ -711,6 +715,26 @@ class Gpu:
         if n_local == 0:
             raise RuntimeError("no token routed to this GPU's experts")
         return [lambda: self.moe_forward(x, w13, w2, ids, wts, el, inter, n_local)], "grouped_mm(torch._grouped_mm)"
+
+    def hf_experts(self, r, w13=None, w2=None, x=None):
+        """transformers' own experts forward as continuous batching runs it (`grouped_mm`
+        implementation: sort by expert, histc offsets, sentinel masks, two grouped GEMMs, gate,
+        routing weights, inverse permutation, per-token sum), on a Qwen3-MoE experts module of
+        the row's sizes; returns the closure (weights and inputs random unless given)."""
+        torch = self.torch
+        from transformers import Qwen3MoeConfig
+        from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+        cfg = Qwen3MoeConfig(hidden_size=r["hidden"], moe_intermediate_size=r["inter"], num_experts=r["num_experts"],
+                             num_experts_per_tok=r["topk"], hidden_act="silu")
+        cfg._experts_implementation = "grouped_mm"
+        mod = Qwen3MoeExperts(cfg).to(device=self.dev, dtype=torch.bfloat16)
+        e, inter, hd = r["num_experts"], r["inter"], r["hidden"]
+        mod.gate_up_proj.data = self.randn(e, 2 * inter, hd, scale=0.05) if w13 is None else w13
+        mod.down_proj.data = self.randn(e, hd, inter, scale=0.05) if w2 is None else w2
+        x = self.randn(r["num_tokens"], hd) if x is None else x
+        ids, wts = self.routing(r, self.seed)
+        wts = wts.to(torch.bfloat16)
+        return lambda: mod(x, ids, wts)
 
     def moe_forward(self, x, w13, w2, ids, wts, el, inter, n_local):
         torch = self.torch
@@ -962,6 +986,16 @@ def self_test(gpu):
                     ref[t] += wts[t, j].double() * (w2[e].double() @ a)
         return rel_err(torch, out, ref)
 
+    def t_hf_moe():
+        # transformers' experts forward against the collector's own MoE on the same weights.
+        r = {"op": "moe", "dtype": "bf16", "num_tokens": 50, "hidden": 256, "inter": 384, "topk": 4,
+             "num_experts": 8, "tp": 1, "ep": 1, "routing": "power_law_1.2"}
+        w13, w2, x = gpu.randn(8, 768, 256, scale=0.05), gpu.randn(8, 256, 384, scale=0.05), gpu.randn(50, 256)
+        out = gpu.hf_experts(r, w13, w2, x)()
+        ids, wts = gpu.routing(r, gpu.seed)
+        ref = gpu.moe_forward(x, w13, w2, ids, wts, 8, 384, ids.numel())
+        return rel_err(torch, out, ref.double())
+
     def t_fp8():
         a, w = gpu.randn(64, 512, dtype=torch.float8_e4m3fn), gpu.randn(256, 512, dtype=torch.float8_e4m3fn)
         one = torch.ones((), device=gpu.dev)
@@ -978,6 +1012,7 @@ def self_test(gpu):
     check("sdpa_flash", lambda: t_prefill("sdpa_flash", 0), 2e-2)
     check("sdpa_cudnn", lambda: t_prefill("sdpa_cudnn", 0), 2e-2)
     check("grouped_mm", t_moe, 2e-2)
+    check("hf_grouped_mm", t_hf_moe, 2e-2)
     check("cublaslt_scaled_mm", t_fp8, 1e-2)
     return results
 
@@ -1005,7 +1040,7 @@ def selftest_key(r):
     if op == "attn_prefill":
         return "sdpa_flash:prefix" if r["kv_len"] else be
     if op == "moe":
-        return "grouped_mm"
+        return be
     if op == "gemm" and r["dtype"] == "fp8":
         return "cublaslt_scaled_mm"
     return None

@@ -128,8 +128,10 @@ pub struct OpModel {
 /// math path with sinks (a chain of torch kernels over the materialised scores, 10-20x slower
 /// than the fused kernels sharing the op), `packed_sdpa` for transformers' packed masked cuDNN
 /// attention (flat in the query length up to ~512 tokens where the fused kernels grow, so in
-/// the shared trees its off-grid query lengths swung 30 % between neighbours); None for the
-/// rows the model itself holds.
+/// the shared trees its off-grid query lengths swung 30 % between neighbours), `hf_experts` for
+/// transformers' own experts forward (sort, histc, masks and gathers around the two grouped
+/// GEMMs: ~20 kernels where the collector's pipeline has ~12); None for the rows the model
+/// itself holds.
 fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op.is_collective() && features::is_eager_kernel_timed(backend) {
         return Some("eager");
@@ -140,6 +142,9 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op == Op::AttnPrefill && backend == PACKED_SDPA_BACKEND {
         return Some("packed_sdpa");
     }
+    if op == Op::Moe && backend.starts_with(HF_EXPERTS_BACKEND) {
+        return Some("hf_experts");
+    }
     features::mla_module_weights(op, backend).map(|_| "module")
 }
 
@@ -147,6 +152,8 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
 pub const EAGER_SINKS_BACKEND: &str = "torch_eager_sinks";
 /// Backend of transformers' packed masked SDPA attention (cuDNN; `microbench/collect.py`).
 pub const PACKED_SDPA_BACKEND: &str = "sdpa_cudnn_masked";
+/// Backend of transformers' own grouped-GEMM experts forward (`microbench/collect.py`).
+pub const HF_EXPERTS_BACKEND: &str = "hf_grouped_mm";
 
 fn one() -> f64 {
     1.0
@@ -534,6 +541,17 @@ pub fn fit_set<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_specific_libraries_fit_on_paths_of_their_own() {
+        assert_eq!(model_path(Op::AttnPrefill, PACKED_SDPA_BACKEND), Some("packed_sdpa"));
+        assert_eq!(model_path(Op::AttnPrefill, EAGER_SINKS_BACKEND), Some("eager_sinks"));
+        assert_eq!(model_path(Op::Moe, "hf_grouped_mm(transformers grouped_mm_experts_forward)"), Some("hf_experts"));
+        // The collector's own MoE pipeline and the fused attention kernels share the main model.
+        assert_eq!(model_path(Op::Moe, "grouped_mm(torch._grouped_mm)"), None);
+        assert_eq!(model_path(Op::AttnPrefill, "sdpa_flash"), None);
+        assert_eq!(model_path(Op::AttnPrefill, "vllm/vllm_flash_attn_fa3"), None);
+    }
 
     #[test]
     fn base_fit_recovers_latency_and_efficiency_despite_outliers() {
