@@ -30,7 +30,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    res = {"env": harness.env_record(), "run": RUN, "models": {}}
+    res = {"env": harness.env_record(), "nvidia_smi_before": harness.nvidia_smi(), "run": RUN, "models": {}}
     log = []
     profile_steps.install_step_timer(log)
     for name, layers in MODELS:
@@ -69,6 +69,7 @@ def main():
         harness.log(f"{label}: {len(steps)} steps, {len(ev)} kernel events, {len(bursts)} bursts")
         del model
         torch.cuda.empty_cache()
+    res["nvidia_smi_after"] = harness.nvidia_smi()
     with open(os.path.join(a.out, "decode_kernels.json"), "w") as f:
         json.dump(res, f, indent=1)
 

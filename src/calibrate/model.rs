@@ -136,17 +136,19 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op.is_collective() && features::is_eager_kernel_timed(backend) {
         return Some("eager");
     }
-    if op == Op::AttnPrefill && backend == EAGER_SINKS_BACKEND {
-        return Some("eager_sinks");
-    }
-    if op == Op::AttnPrefill && backend == PACKED_SDPA_BACKEND {
-        return Some("packed_sdpa");
-    }
-    if op == Op::Moe && backend.starts_with(HF_EXPERTS_BACKEND) {
-        return Some("hf_experts");
+    if let Some(&(_, _, path)) = ENGINE_LIBRARY_PATHS.iter().find(|(o, prefix, _)| *o == op && backend.starts_with(prefix)) {
+        return Some(path);
     }
     features::mla_module_weights(op, backend).map(|_| "module")
 }
+
+/// Libraries of the transformers engine measured on the H200 only, each on a path of its own:
+/// (op, backend prefix, path).
+const ENGINE_LIBRARY_PATHS: [(Op, &str, &str); 3] = [
+    (Op::AttnPrefill, EAGER_SINKS_BACKEND, "eager_sinks"),
+    (Op::AttnPrefill, PACKED_SDPA_BACKEND, "packed_sdpa"),
+    (Op::Moe, HF_EXPERTS_BACKEND, "hf_experts"),
+];
 
 /// Backend of transformers' eager attention with sinks (`microbench/collect.py`).
 pub const EAGER_SINKS_BACKEND: &str = "torch_eager_sinks";

@@ -199,8 +199,8 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         Some(r) if uses_cuda_graphs(r.get("use_cuda_graph")) => Some(GraphPadding {
             q_tokens: u64_field(r, "q_padding_interval_size", origin)? as u32,
             kv_tokens: u64_field(r, "kv_padding_interval_size", origin)? as u32,
-            // transformers 5.17 (the traces' version) keys graphs by the longest key sequence too.
-            seqlen_k_pow2_min: Some(1024),
+            // Not in the run record: the engine profile's (`engine_for`).
+            seqlen_k_pow2_min: None,
         }),
         _ => None,
     };
@@ -378,10 +378,12 @@ pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
     ])
 }
 
-/// The `hf` engine profile a run used: eager, or CUDA graphs with the run's own padding.
+/// The `hf` engine profile a run used: eager, or CUDA graphs with the run's own padding (and
+/// the profile's graph key, which the run record does not hold).
 fn engine_for(run: &TraceRun) -> Result<EngineParams> {
     let mut engine = EngineParams::load(if run.graphs.is_some() { "hf-cudagraph" } else { "hf" })?;
-    engine.cuda_graphs = run.graphs;
+    let key = engine.cuda_graphs.and_then(|g| g.seqlen_k_pow2_min);
+    engine.cuda_graphs = run.graphs.map(|g| GraphPadding { seqlen_k_pow2_min: key, ..g });
     engine.block_size = run.block_size;
     engine.max_num_batched_tokens = run.max_batch_tokens;
     engine.prefix_caching = run.prefix_sharing;
