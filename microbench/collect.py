@@ -50,10 +50,10 @@ OPS = {
                     {"triton_paged", "sdpa_flash"}),
     "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm", "hf_grouped_mm"}),
     "moe_router": (("num_tokens", "hidden", "num_experts", "topk"), {"bf16"}, {"torch"}),
-    "rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton"}),
-    "fused_add_rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton"}),
-    "silu_mul": (("num_tokens", "hidden"), {"bf16"}, {"triton"}),
-    "rope": (("num_tokens", "num_heads", "head_dim"), {"bf16"}, {"triton"}),
+    "rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton", "hf_modules"}),
+    "fused_add_rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton", "hf_modules"}),
+    "silu_mul": (("num_tokens", "hidden"), {"bf16"}, {"triton", "hf_modules"}),
+    "rope": (("num_tokens", "num_heads", "head_dim"), {"bf16"}, {"triton", "hf_modules"}),
     "add": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "embedding": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "sampling": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
@@ -70,6 +70,7 @@ KV_HEADS, KV_HEAD_DIM, KV_REPEAT = 8, 128, 4
 PAGED_KV_CACHE_TOKENS = 98304
 PAGED_KV_COPIES = {"torch_index_select": KV_HEADS * KV_HEAD_DIM, "torch_repeat_kv": KV_HEADS * KV_REPEAT * KV_HEAD_DIM,
                    "torch_masked_scatter": KV_HEADS * KV_HEAD_DIM}
+HF_MODULES = "hf_modules"  # transformers' own modules (RMSNorm, rotary, act * mul), each several torch kernels
 DEFAULT_VOCAB = 128256  # embedding rows when `n` is empty
 DEFAULT_SAMPLING_TOPK = 50
 GPU_MEMORY_BYTES = 141e9  # H200; rows needing more are refused before the run
@@ -766,6 +767,8 @@ class Gpu:
         return [lambda x=x, w=w: route(x, w) for x, w in sets], "torch(linear+softmax+topk)"
 
     def build_rmsnorm(self, r, fused=False):
+        if r["backend"] == HF_MODULES:
+            return self.hf_modules_norm(r, fused)
         torch = self.torch
         t, hd = r["num_tokens"], r["hidden"]
         nb = self.n_buffers(working_set_bytes(r))
@@ -778,6 +781,8 @@ class Gpu:
         return self.build_rmsnorm(r, fused=True)
 
     def build_silu_mul(self, r):
+        if r["backend"] == HF_MODULES:
+            return self.hf_modules_act_mul(r)
         torch = self.torch
         t, hd = r["num_tokens"], r["hidden"]
         nb = self.n_buffers(working_set_bytes(r))
@@ -785,6 +790,8 @@ class Gpu:
         return [lambda x=x, o=o: silu_mul(x, o) for x, o in sets], "triton"
 
     def build_rope(self, r):
+        if r["backend"] == HF_MODULES:
+            return self.hf_modules_rope(r)
         torch = self.torch
         t, h, hk, d = r["num_tokens"], r["num_heads"], r["num_kv_heads"], r["head_dim"]
         nb = self.n_buffers(working_set_bytes(r))
@@ -792,6 +799,48 @@ class Gpu:
         sets = [(self.randn(t, h * d), self.randn(t, max(hk, 1) * d),
                  torch.randint(0, 8192, (t,), device=self.dev)) for _ in range(nb)]
         return [lambda q=q, k=k, pos=pos: rope(q, k, pos, cache, h, hk, d) for q, k, pos in sets], "triton(neox)"
+
+    # transformers' own eager modules (modeling_llama, which Qwen3, Mistral and Mixtral copy), run
+    # on the tensors and layouts the decoder layer hands them; each is several torch kernels.
+    def hf_modules_norm(self, r, fused):
+        """LlamaRMSNorm (fp32 cast, pow, mean, add eps, rsqrt, mul, cast, mul weight); fused: the
+        decoder layer's residual add before it."""
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+        torch = self.torch
+        t, hd = r["num_tokens"], r["hidden"]
+        norm = LlamaRMSNorm(hd, eps=1e-6).to(self.dev, torch.bfloat16)
+        with torch.no_grad():
+            norm.weight.copy_(self.randn(hd))
+        nb = self.n_buffers(working_set_bytes(r))
+        sets = [(self.randn(1, t, hd), self.randn(1, t, hd)) for _ in range(nb)]
+        if fused:
+            return [lambda x=x, res=res, norm=norm: norm(res + x) for x, res in sets], "hf_modules(residual add+LlamaRMSNorm)"
+        return [lambda x=x, norm=norm: norm(x) for x, _ in sets], "hf_modules(LlamaRMSNorm)"
+
+    def hf_modules_act_mul(self, r):
+        """LlamaMLP's act_fn(gate_proj(x)) * up_proj(x) on the two projections' outputs."""
+        from transformers.activations import ACT2FN
+        t, i = r["num_tokens"], r["hidden"]
+        act = ACT2FN["silu"]
+        nb = self.n_buffers(working_set_bytes(r))
+        sets = [(self.randn(1, t, i), self.randn(1, t, i)) for _ in range(nb)]
+        return [lambda g=g, u=u: act(g) * u for g, u in sets], "hf_modules(silu*mul)"
+
+    def hf_modules_rope(self, r):
+        """apply_rotary_pos_emb on q and k as LlamaAttention passes them: [1, heads, t, d] views
+        (transposes) of the projections' [1, t, heads, d] outputs, cos/sin [1, t, d]."""
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+        torch = self.torch
+        t, h, hk, d = r["num_tokens"], r["num_heads"], max(r["num_kv_heads"], 1), r["head_dim"]
+        nb = self.n_buffers(working_set_bytes(r))
+        cache = rope_cache(torch, 8192, d, self.dev)
+        sets = []
+        for _ in range(nb):
+            pos = torch.randint(0, 8192, (t,), device=self.dev)
+            cos, sin = cache[pos, : d // 2], cache[pos, d // 2:]  # HF's cos/sin repeat the half
+            sets.append((self.randn(1, t, h, d).transpose(1, 2), self.randn(1, t, hk, d).transpose(1, 2),
+                         torch.cat([cos, cos], -1)[None].to(torch.bfloat16), torch.cat([sin, sin], -1)[None].to(torch.bfloat16)))
+        return [lambda q=q, k=k, c=c, s=s: apply_rotary_pos_emb(q, k, c, s) for q, k, c, s in sets], "hf_modules(apply_rotary_pos_emb)"
 
     def build_add(self, r):
         torch = self.torch
@@ -951,6 +1000,31 @@ def self_test(gpu):
         rope(q, k, pos, cache, h, hk, d)
         return max(rel_err(torch, q, ref[0]), rel_err(torch, k, ref[1]))
 
+    def t_hf_norm(fused):
+        fn = gpu.hf_modules_norm({"op": "rmsnorm", "dtype": "bf16", "backend": HF_MODULES, "num_tokens": 37, "hidden": 4096}, fused)[0][0]
+        x, res, norm = fn.__defaults__ if fused else (fn.__defaults__[0], None, fn.__defaults__[1])
+        xs = (x.double() + res.double()) if fused else x.double()
+        ref = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight.double()
+        return rel_err(torch, fn(), ref)
+
+    def t_hf_act():
+        fn = gpu.hf_modules_act_mul({"op": "silu_mul", "dtype": "bf16", "backend": HF_MODULES, "num_tokens": 29, "hidden": 3000})[0][0]
+        g, u = fn.__defaults__
+        return rel_err(torch, fn(), F.silu(g.double()) * u.double())
+
+    def t_hf_rope():
+        t, h, hk, d = 19, 12, 4, 128
+        fn = gpu.hf_modules_rope({"op": "rope", "dtype": "bf16", "backend": HF_MODULES, "num_tokens": t, "num_heads": h, "num_kv_heads": hk, "head_dim": d})[0][0]
+        q, k, cos, sin = fn.__defaults__
+        qo, ko = fn()
+        errs = []
+        for x, o in ((q, qo), (k, ko)):
+            xx = x.double()
+            x1, x2 = xx[..., : d // 2], xx[..., d // 2:]
+            c, s = cos.double()[:, None, :, : d // 2], sin.double()[:, None, :, : d // 2]
+            errs.append(rel_err(torch, o, torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)))
+        return max(errs)
+
     def t_paged(b, kv, h, hk, d):
         s = gpu.paged_inputs(b, kv, h, hk, d)
         q, kc, vc, table, lens = s[:5]
@@ -1006,6 +1080,10 @@ def self_test(gpu):
     check("triton:fused_add_rmsnorm", lambda: t_rmsnorm(True), 1e-2)
     check("triton:silu_mul", t_silu, 1e-2)
     check("triton:rope", t_rope, 1e-2)
+    check("hf_modules:rmsnorm", lambda: t_hf_norm(False), 1e-2)
+    check("hf_modules:fused_add_rmsnorm", lambda: t_hf_norm(True), 1e-2)
+    check("hf_modules:silu_mul", t_hf_act, 1e-2)
+    check("hf_modules:rope", t_hf_rope, 1e-2)
     check("triton_paged", lambda: max(t_paged(3, 1000, 32, 8, 128), t_paged(2, 77, 8, 1, 128),
                                       t_paged(1, 5000, 64, 8, 64)), 2e-2)
     check("sdpa_flash:prefix", lambda: t_prefill("sdpa_flash", 100), 2e-2)
@@ -1034,7 +1112,7 @@ def selftest_key(r):
     """Which self-test entry a row depends on (None: no hand-written or composed kernel)."""
     op, be = r["op"], r["backend"]
     if op in ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope"):
-        return "triton:" + op
+        return ("hf_modules:" if be == HF_MODULES else "triton:") + op
     if op == "attn_decode" and be == "triton_paged":
         return "triton_paged"
     if op == "attn_prefill":

@@ -130,8 +130,9 @@ pub struct OpModel {
 /// attention (flat in the query length up to ~512 tokens where the fused kernels grow, so in
 /// the shared trees its off-grid query lengths swung 30 % between neighbours), `hf_experts` for
 /// transformers' own experts forward (sort, histc, masks and gathers around the two grouped
-/// GEMMs: ~20 kernels where the collector's pipeline has ~12); None for the rows the model
-/// itself holds.
+/// GEMMs: ~20 kernels where the collector's pipeline has ~12), `hf_modules` for transformers'
+/// eager RMSNorm, rotary and act * mul modules (5-10 torch kernels, up to 16x their fused
+/// kernel's SOL); None for the rows the model itself holds.
 fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     if op.is_collective() && features::is_eager_kernel_timed(backend) {
         return Some("eager");
@@ -144,10 +145,14 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
 
 /// Libraries of the transformers engine measured on the H200 only, each on a path of its own:
 /// (op, backend prefix, path).
-const ENGINE_LIBRARY_PATHS: [(Op, &str, &str); 3] = [
+const ENGINE_LIBRARY_PATHS: [(Op, &str, &str); 7] = [
     (Op::AttnPrefill, EAGER_SINKS_BACKEND, "eager_sinks"),
     (Op::AttnPrefill, PACKED_SDPA_BACKEND, "packed_sdpa"),
     (Op::Moe, HF_EXPERTS_BACKEND, "hf_experts"),
+    (Op::Rmsnorm, HF_MODULES_BACKEND, "hf_modules"),
+    (Op::FusedAddRmsnorm, HF_MODULES_BACKEND, "hf_modules"),
+    (Op::Rope, HF_MODULES_BACKEND, "hf_modules"),
+    (Op::SiluMul, HF_MODULES_BACKEND, "hf_modules"),
 ];
 
 /// Backend of transformers' eager attention with sinks (`microbench/collect.py`).
@@ -156,6 +161,9 @@ pub const EAGER_SINKS_BACKEND: &str = "torch_eager_sinks";
 pub const PACKED_SDPA_BACKEND: &str = "sdpa_cudnn_masked";
 /// Backend of transformers' own grouped-GEMM experts forward (`microbench/collect.py`).
 pub const HF_EXPERTS_BACKEND: &str = "hf_grouped_mm";
+/// Backend of transformers' own eager modules: RMSNorm, rotary, act * mul, each several torch
+/// kernels in fp32 and bf16 (`microbench/collect.py`).
+pub const HF_MODULES_BACKEND: &str = "hf_modules";
 
 fn one() -> f64 {
     1.0

@@ -153,6 +153,44 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
     out
 }
 
+/// The graph with its fused kernels as the separate modules of transformers' Llama-family
+/// layers: `qkv_proj` as q, k and v, `gate_up_proj` (and a shared expert's) as gate and up, the
+/// per-head `qk_norm` as q_norm and k_norm. Same FLOPs and bytes; more, narrower launches.
+pub fn split_modules(kernels: Vec<KernelInstance>, model: &ModelConfig, dep: &Deployment) -> Vec<KernelInstance> {
+    let (hq, hkv) = heads_per_gpu(model, dep.tp);
+    let d = model.head_dim;
+    let mut out = Vec::with_capacity(kernels.len() + kernels.len() / 2);
+    for ki in kernels {
+        let name = &ki.name[ki.name.rfind('.').map_or(0, |i| i + 1)..];
+        let t = ki.kernel.num_tokens;
+        let parts: Vec<(&str, Kernel)> = match name {
+            "qkv_proj" => {
+                let q = ki.kernel.n - 2 * hkv * d;
+                debug_assert!(q % (hq * d) == 0, "qkv_proj width {} is not q + k + v", ki.kernel.n);
+                [("q_proj", q), ("k_proj", hkv * d), ("v_proj", hkv * d)].map(|(p, n)| (p, Kernel { n, ..ki.kernel.clone() })).to_vec()
+            }
+            "gate_up_proj" | "shared_gate_up" => {
+                let (gate, up) = if name == "shared_gate_up" { ("shared_gate", "shared_up") } else { ("gate_proj", "up_proj") };
+                let half = Kernel { n: ki.kernel.n / 2, ..ki.kernel.clone() };
+                vec![(gate, half.clone()), (up, half)]
+            }
+            "qk_norm" => {
+                let per_head = t / (hq + hkv);
+                [("q_norm", hq), ("k_norm", hkv)].map(|(p, h)| (p, Kernel { num_tokens: per_head * h, ..ki.kernel.clone() })).to_vec()
+            }
+            _ => {
+                out.push(ki);
+                continue;
+            }
+        };
+        let tag = &ki.name[..ki.name.len() - name.len()];
+        for (part, kernel) in parts {
+            out.push(KernelInstance { name: format!("{tag}{part}"), kernel, count: ki.count, library: ki.library });
+        }
+    }
+    out
+}
+
 /// Attention-core kernels (the part that depends on each sequence's context length).
 pub fn attention_kernels(model: &ModelConfig, dep: &Deployment, seqs: &[SeqWork]) -> Vec<KernelInstance> {
     let mut out = Vec::new();
@@ -371,6 +409,32 @@ mod tests {
 
     fn decode(n: usize, cached: u32) -> Vec<SeqWork> {
         vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n]
+    }
+
+    #[test]
+    fn separate_modules_keep_flops_and_weights_in_more_launches() {
+        let m = ModelConfig::load("qwen3-8b").unwrap();
+        let dep = Deployment::default();
+        let fused = token_kernels(&m, &dep, 64, 8);
+        let split = split_modules(fused.clone(), &m, &dep);
+        let gemms = |ks: &[KernelInstance]| -> (u64, f64, f64) {
+            let g: Vec<_> = ks.iter().filter(|k| k.kernel.op == Op::Gemm).collect();
+            let n: u64 = g.iter().map(|k| k.count).sum();
+            let flops: f64 = g.iter().map(|k| (k.kernel.m * k.kernel.n * k.kernel.k * k.count) as f64).sum();
+            let weights: f64 = g.iter().map(|k| (k.kernel.n * k.kernel.k * k.count) as f64).sum();
+            (n, flops, weights)
+        };
+        let (nf, ff, wf) = gemms(&fused);
+        let (ns, fs, ws) = gemms(&split);
+        // q, k, v, o, gate, up, down per layer instead of qkv, o, gate_up, down.
+        assert_eq!(ns - nf, 3 * m.num_layers);
+        assert_eq!((ff, wf), (fs, ws));
+        let k_proj = split.iter().find(|k| k.name.ends_with(".k_proj")).unwrap();
+        assert_eq!(k_proj.kernel.n, m.num_kv_heads * m.head_dim);
+        // The per-head norms are two modules, over query heads and over key heads.
+        let q = split.iter().find(|k| k.name.ends_with(".q_norm")).unwrap();
+        let k = split.iter().find(|k| k.name.ends_with(".k_norm")).unwrap();
+        assert_eq!((q.kernel.num_tokens, k.kernel.num_tokens), (64 * m.num_heads, 64 * m.num_kv_heads));
     }
 
     #[test]

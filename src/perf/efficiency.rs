@@ -238,6 +238,13 @@ impl KernelTimeModel for KernelModel {
         self.predict_us_with(k, Some(library))
     }
 
+    fn knows_engine_library(&self, op: Op, dtype: Dtype) -> bool {
+        let (Some(m), Some(prefs)) = (self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op)), self.libraries.get(&op)) else {
+            return false;
+        };
+        pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype))).is_some()
+    }
+
     fn tier(&self) -> Tier {
         self.used
     }

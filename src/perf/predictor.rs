@@ -7,10 +7,10 @@ use super::host::{CaptureLoad, HostOverhead, StepLoad};
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
-use crate::kernels::graph::{attention_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, token_kernels, AttentionImpl, KernelInstance};
+use crate::kernels::graph::{attention_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, split_modules, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// The kernel-time model for `tier` on `gpu` (calibrated where `calibration/` has fitted
@@ -54,9 +54,11 @@ pub struct Predictor {
     /// CUDA graphs over padded shapes (None: eager or unpadded engines).
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
-    unfused: std::collections::BTreeMap<crate::schema::Op, u32>,
+    unfused: BTreeMap<crate::schema::Op, u32>,
     /// Ops the engine launches as several kernels but that are timed as one (launch counts).
-    launches_per_op: std::collections::BTreeMap<crate::schema::Op, u32>,
+    launches_per_op: BTreeMap<crate::schema::Op, u32>,
+    /// The engine runs q/k/v, gate/up and the q/k norms as separate modules (`EngineParams::separate_modules`).
+    separate_modules: bool,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
     /// runs per group) and its sliding window.
     cache_groups: [u64; 3],
@@ -84,6 +86,7 @@ impl Predictor {
             graphs: None,
             unfused: Default::default(),
             launches_per_op: Default::default(),
+            separate_modules: false,
             cache_groups: model.kv_cache_groups_by_kind(),
             sliding_window: model.max_sliding_window(),
         }
@@ -113,9 +116,15 @@ impl Predictor {
     ) -> anyhow::Result<Predictor> {
         dep.validate()?;
         let km = km.with_op_backends(&engine.op_backends()?);
+        // An unfused op whose engine library the kernel model has measured is timed as that
+        // library; its pieces still count as launches.
+        let (measured, unfused): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            engine.unfused_ops()?.into_iter().partition(|(op, _)| km.knows_engine_library(*op, dep.act_dtype_for_elementwise()));
         let mut p = Predictor::with_kernel_model(model, gpu, dep, Arc::new(km)).with_host_overhead(host).with_attention_impl(engine.attention_impl);
-        p.unfused = engine.unfused_ops()?;
+        p.unfused = unfused;
         p.launches_per_op = engine.op_launches()?;
+        p.launches_per_op.extend(measured);
+        p.separate_modules = engine.separate_modules;
         if let Some(pad) = engine.cuda_graphs {
             p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
         }
@@ -174,6 +183,9 @@ impl Predictor {
     /// reach the experts as distinct tokens.
     fn token_kernels_routed(&self, tokens: u64, seqs: u64, routed: u64) -> Vec<KernelInstance> {
         let mut kernels = token_kernels(&self.model, &self.dep, tokens, seqs);
+        if self.separate_modules {
+            kernels = split_modules(kernels, &self.model, &self.dep);
+        }
         for ki in kernels.iter_mut().filter(|ki| ki.kernel.op == crate::schema::Op::Moe) {
             ki.kernel.num_tokens = routed;
         }
@@ -305,6 +317,29 @@ mod tests {
 
     fn llama() -> (ModelConfig, GpuSpec) {
         (ModelConfig::load("llama-3.1-8b").unwrap(), load_gpu("h200_sxm").unwrap())
+    }
+
+    #[test]
+    fn engine_modules_are_timed_as_measured_where_measured_and_as_pieces_elsewhere() {
+        let (m, g) = llama();
+        let engine = crate::sim::engine::EngineParams::load("hf").unwrap();
+        let dep = Deployment::default();
+        let at = |tier| {
+            let km = super::super::efficiency::KernelModel::load(&g, tier).unwrap();
+            Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap()
+        };
+        let (measured, pieces) = (at(Tier::Target), at(Tier::Roofline));
+        let batch = [SeqWork { new_tokens: 1, cached_tokens: 500 }; 8];
+        let norm = |p: &Predictor| p.kernel_table(&batch).into_iter().find(|t| t.instance.name.ends_with("input_norm")).unwrap();
+        let pass = crate::schema::Kernel { num_tokens: 8, hidden: m.hidden, ..crate::schema::Kernel::new(crate::schema::Op::Add, dep.act_dtype_for_elementwise()) };
+        // The roofline tier never measured transformers' RMSNorm: 9 elementwise passes.
+        assert!((norm(&pieces).predicted_us - 9.0 * pieces.kernel_us(&pass)).abs() < 1e-9);
+        // The H200 target tier has: the module's own time, not the passes'.
+        let lib = measured.kernel_model.predict_us_in(&norm(&measured).instance.kernel, crate::calibrate::model::HF_MODULES_BACKEND);
+        assert_eq!(norm(&measured).predicted_us, lib);
+        assert_ne!(lib, 9.0 * measured.kernel_us(&pass));
+        // Either way the engine launches the same kernels.
+        assert_eq!(measured.step_launches(&batch), pieces.step_launches(&batch));
     }
 
     #[test]

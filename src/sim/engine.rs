@@ -44,8 +44,9 @@ pub struct EngineParams {
     #[serde(default)]
     pub kernel_backends: BTreeMap<String, Backends>,
     /// Eager engines that run an op as several small torch kernels (`op = kernels`, e.g.
-    /// transformers' RMSNorm: cast, pow, mean, add, rsqrt, mul, cast, mul = 8): each piece is
-    /// timed as one elementwise pass over the op's tensor.
+    /// transformers' RMSNorm: cast, pow, mean, add, rsqrt, mul, cast, mul = 8): that many
+    /// launches, timed as the engine's own module where `kernel_backends` names one the kernel
+    /// model has measured, else each piece as one elementwise pass over the op's tensor.
     #[serde(default)]
     pub unfused_elementwise: BTreeMap<String, u32>,
     /// Ops whose one calibrated kernel is, as the engine runs it, several launches (`op =
@@ -54,6 +55,10 @@ pub struct EngineParams {
     /// timed as the one op.
     #[serde(default)]
     pub kernel_launches: BTreeMap<String, u32>,
+    /// q, k, v, the MLP's gate and up and the per-head q and k norms as separate modules
+    /// (transformers' Llama-family layers) instead of the fused kernels vLLM-style engines run.
+    #[serde(default)]
+    pub separate_modules: bool,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.
