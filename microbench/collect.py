@@ -41,6 +41,10 @@ ROUTINGS = ("balanced", "power_law_1.2")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embedding", "sampling",
                "copy", "moe_router")
+# transformers' experts as its CUDA-graph engine runs them: num_tokens real tokens padded to a
+# multiple of 64 rows, the padding rows one repeated token (so routed to one set of top-k experts).
+HF_EXPERTS_PAD64 = "hf_padded_grouped_mm"  # not prefixed "hf_grouped_mm": backends match by prefix
+GRAPH_Q_PAD = 64
 # op -> (required fields, allowed dtypes, allowed backends)
 OPS = {
     "gemm": (("m", "n", "k"), {"bf16", "fp8"}, {"cublas", "cublaslt_scaled_mm"}),
@@ -48,7 +52,7 @@ OPS = {
                      {"sdpa_flash", "sdpa_cudnn", "sdpa_cudnn_masked", "torch_eager_sinks"}),
     "attn_decode": (("batch", "kv_len", "num_heads", "num_kv_heads", "head_dim"), {"bf16"},
                     {"triton_paged", "sdpa_flash"}),
-    "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm", "hf_grouped_mm"}),
+    "moe": (("num_tokens", "hidden", "inter", "topk", "num_experts"), {"bf16"}, {"grouped_mm", "hf_grouped_mm", HF_EXPERTS_PAD64}),
     "moe_router": (("num_tokens", "hidden", "num_experts", "topk"), {"bf16"}, {"torch"}),
     "rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton", "hf_modules"}),
     "fused_add_rmsnorm": (("num_tokens", "hidden"), {"bf16"}, {"triton", "hf_modules"}),
@@ -186,8 +190,8 @@ def check_shape(r):
             raise PlanError(f"inter/tp ({r['inter']}/{tp}) and hidden ({r['hidden']}) must be whole multiples of 8 (grouped GEMM alignment)")
         if r["routing"] not in ROUTINGS:
             raise PlanError(f"field 'routing' = '{r['routing']}' is unknown; allowed: {', '.join(ROUTINGS)}")
-        if r["backend"] == "hf_grouped_mm" and (tp > 1 or ep > 1):
-            raise PlanError("'hf_grouped_mm' is transformers' experts module on one GPU: give tp = ep = 1")
+        if r["backend"] in ("hf_grouped_mm", HF_EXPERTS_PAD64) and (tp > 1 or ep > 1):
+            raise PlanError(f"'{r['backend']}' is transformers' experts module on one GPU: give tp = ep = 1")
     elif r["routing"]:
         raise PlanError(f"field 'routing' is for moe rows only (op '{op}')")
     if op == "moe_router" and r["topk"] > r["num_experts"]:
@@ -703,6 +707,8 @@ class Gpu:
     def build_moe(self, r):
         if r["backend"] == "hf_grouped_mm":
             return [self.hf_experts(r)], "hf_grouped_mm(transformers grouped_mm_experts_forward)"
+        if r["backend"] == HF_EXPERTS_PAD64:
+            return [self.hf_experts(r, pad_to=GRAPH_Q_PAD)], f"{HF_EXPERTS_PAD64}(grouped_mm_experts_forward, rows padded to {GRAPH_Q_PAD}x, one shared pad token)"
         t, hd = r["num_tokens"], r["hidden"]
         tp, ep = max(r["tp"], 1), max(r["ep"], 1)
         el, inter = r["num_experts"] // ep, r["inter"] // tp
@@ -717,11 +723,13 @@ class Gpu:
             raise RuntimeError("no token routed to this GPU's experts")
         return [lambda: self.moe_forward(x, w13, w2, ids, wts, el, inter, n_local)], "grouped_mm(torch._grouped_mm)"
 
-    def hf_experts(self, r, w13=None, w2=None, x=None):
+    def hf_experts(self, r, w13=None, w2=None, x=None, pad_to=None):
         """transformers' own experts forward as continuous batching runs it (`grouped_mm`
         implementation: sort by expert, histc offsets, sentinel masks, two grouped GEMMs, gate,
         routing weights, inverse permutation, per-token sum), on a Qwen3-MoE experts module of
-        the row's sizes; returns the closure (weights and inputs random unless given)."""
+        the row's sizes; returns the closure (weights and inputs random unless given). pad_to:
+        the rows are padded up to a multiple of it with one repeated token and its routing, as
+        CUDA-graph padding rows are (they all carry one token id)."""
         torch = self.torch
         from transformers import Qwen3MoeConfig
         from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
@@ -734,6 +742,11 @@ class Gpu:
         mod.down_proj.data = self.randn(e, hd, inter, scale=0.05) if w2 is None else w2
         x = self.randn(r["num_tokens"], hd) if x is None else x
         ids, wts = self.routing(r, self.seed)
+        if pad_to:
+            pad = -r["num_tokens"] % pad_to
+            one = self.routing({**r, "num_tokens": 1}, self.seed + 1)
+            x = torch.cat([x, self.randn(1, hd).expand(pad, hd)])
+            ids, wts = torch.cat([ids, one[0].expand(pad, -1)]), torch.cat([wts, one[1].expand(pad, -1)])
         wts = wts.to(torch.bfloat16)
         return lambda: mod(x, ids, wts)
 
@@ -1070,6 +1083,18 @@ def self_test(gpu):
         ref = gpu.moe_forward(x, w13, w2, ids, wts, 8, 384, ids.numel())
         return rel_err(torch, out, ref.double())
 
+    def t_hf_moe_pad():
+        # The padded forward's real rows against the collector's own MoE on those rows alone.
+        r = {"op": "moe", "dtype": "bf16", "num_tokens": 5, "hidden": 256, "inter": 384, "topk": 4,
+             "num_experts": 8, "tp": 1, "ep": 1, "routing": "power_law_1.2"}
+        w13, w2, x = gpu.randn(8, 768, 256, scale=0.05), gpu.randn(8, 256, 384, scale=0.05), gpu.randn(5, 256)
+        out = gpu.hf_experts(r, w13, w2, x, pad_to=GRAPH_Q_PAD)()
+        if out.shape[0] != GRAPH_Q_PAD:
+            raise RuntimeError(f"padded forward returned {out.shape[0]} rows, want {GRAPH_Q_PAD}")
+        ids, wts = gpu.routing(r, gpu.seed)
+        ref = gpu.moe_forward(x, w13, w2, ids, wts, 8, 384, ids.numel())
+        return rel_err(torch, out[:5], ref.double())
+
     def t_fp8():
         a, w = gpu.randn(64, 512, dtype=torch.float8_e4m3fn), gpu.randn(256, 512, dtype=torch.float8_e4m3fn)
         one = torch.ones((), device=gpu.dev)
@@ -1091,6 +1116,7 @@ def self_test(gpu):
     check("sdpa_cudnn", lambda: t_prefill("sdpa_cudnn", 0), 2e-2)
     check("grouped_mm", t_moe, 2e-2)
     check("hf_grouped_mm", t_hf_moe, 2e-2)
+    check(HF_EXPERTS_PAD64, t_hf_moe_pad, 2e-2)
     check("cublaslt_scaled_mm", t_fp8, 1e-2)
     return results
 

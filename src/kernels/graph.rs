@@ -106,7 +106,8 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
         push(&mut out, format!("{tag}.extra_norms"), ew(Op::Rmsnorm, h), count * model.norms_per_layer.saturating_sub(2));
         if moe {
             let m = model.moe.as_ref().expect("moe layer without spec");
-            push(&mut out, format!("{tag}.router"), Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, ..Kernel::new(Op::MoeRouter, a) }, count);
+            let router = Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, topk: m.topk, ..Kernel::new(Op::MoeRouter, a) };
+            push(&mut out, format!("{tag}.router"), router, count);
             let experts = Kernel {
                 num_tokens: t,
                 hidden: h,

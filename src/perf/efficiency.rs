@@ -173,6 +173,9 @@ impl KernelModel {
                 let ratio = sol(k, &self.gpu).sol_us / sol(&k16, &self.gpu).sol_us;
                 (t16 * ratio).max(sol(k, &self.gpu).sol_us)
             }
+            // An engine naming none of its libraries for an op measured only as another
+            // engine's implementation: the baseline, not that engine's kernels.
+            _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us),
             _ => m.predict_us(k, &self.gpu, None),
         }
     }
@@ -238,11 +241,11 @@ impl KernelTimeModel for KernelModel {
         self.predict_us_with(k, Some(library))
     }
 
-    fn knows_engine_library(&self, op: Op, dtype: Dtype) -> bool {
-        let (Some(m), Some(prefs)) = (self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op)), self.libraries.get(&op)) else {
-            return false;
-        };
-        pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype))).is_some()
+    fn engine_library(&self, op: Op, dtype: Dtype) -> Option<String> {
+        let m = self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))?;
+        let prefs = self.libraries.get(&op)?;
+        let picked = pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype)));
+        picked.map(|(category, _)| category.to_string())
     }
 
     fn tier(&self) -> Tier {

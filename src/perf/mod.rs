@@ -96,10 +96,11 @@ pub trait KernelTimeModel: Send + Sync {
     fn predict_us_in(&self, k: &crate::schema::Kernel, _library: &str) -> f64 {
         self.predict_us(k)
     }
-    /// Whether the engine names a kernel library for `op` that this model has measurements of
-    /// (on this GPU or, for cross-gen, on the GPUs it was fitted on).
-    fn knows_engine_library(&self, _op: crate::schema::Op, _dtype: crate::schema::Dtype) -> bool {
-        false
+    /// The measured library (calibrated backend category) that times `op` among those the
+    /// engine names, if this model has measurements of one (on this GPU or, for cross-gen, on
+    /// the GPUs it was fitted on).
+    fn engine_library(&self, _op: crate::schema::Op, _dtype: crate::schema::Dtype) -> Option<String> {
+        None
     }
     fn tier(&self) -> Tier;
     fn describe(&self) -> String;

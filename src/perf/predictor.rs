@@ -59,6 +59,8 @@ pub struct Predictor {
     launches_per_op: BTreeMap<crate::schema::Op, u32>,
     /// The engine runs q/k/v, gate/up and the q/k norms as separate modules (`EngineParams::separate_modules`).
     separate_modules: bool,
+    /// The experts library was measured with the graph's padding rows in (see `step_tokens`).
+    experts_padded: bool,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
     /// runs per group) and its sliding window.
     cache_groups: [u64; 3],
@@ -87,6 +89,7 @@ impl Predictor {
             unfused: Default::default(),
             launches_per_op: Default::default(),
             separate_modules: false,
+            experts_padded: false,
             cache_groups: model.kv_cache_groups_by_kind(),
             sliding_window: model.max_sliding_window(),
         }
@@ -119,12 +122,16 @@ impl Predictor {
         // An unfused op whose engine library the kernel model has measured is timed as that
         // library; its pieces still count as launches.
         let (measured, unfused): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            engine.unfused_ops()?.into_iter().partition(|(op, _)| km.knows_engine_library(*op, dep.act_dtype_for_elementwise()));
+            engine.unfused_ops()?.into_iter().partition(|(op, _)| km.engine_library(*op, dep.act_dtype_for_elementwise()).is_some());
+        // Experts measured with this engine's graph padding rows are timed at the real tokens.
+        let experts_padded = engine.cuda_graphs.is_some()
+            && km.engine_library(crate::schema::Op::Moe, dep.weight_dtype).is_some_and(|c| c.starts_with(crate::calibrate::model::HF_PADDED_EXPERTS_BACKEND));
         let mut p = Predictor::with_kernel_model(model, gpu, dep, Arc::new(km)).with_host_overhead(host).with_attention_impl(engine.attention_impl);
         p.unfused = unfused;
         p.launches_per_op = engine.op_launches()?;
         p.launches_per_op.extend(measured);
         p.separate_modules = engine.separate_modules;
+        p.experts_padded = experts_padded;
         if let Some(pad) = engine.cuda_graphs {
             p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
         }
@@ -168,14 +175,19 @@ impl Predictor {
         self.kernel_model.predict_us(k)
     }
 
-    /// Query tokens a step runs (padded under CUDA graphs) and the distinct tokens its MoE
-    /// experts see. The padding rows all carry one token id, so the router sends them to one
-    /// set of top-k experts: the expert kernels read the weights of the experts the real
-    /// tokens pick plus that one set, as if for `real + 1` tokens (non-MoE models: unused).
+    /// Query tokens a step runs (padded under CUDA graphs) and the tokens its MoE experts are
+    /// timed at. The padding rows all carry one token id, so the router sends them to one set
+    /// of top-k experts: the expert kernels read the weights of the experts the real tokens
+    /// pick plus that one set, as if for `real + 1` tokens, unless the experts library was
+    /// measured with such padding rows in (then: the real tokens). Non-MoE models: unused.
     pub fn step_tokens(&self, seqs: &[SeqWork]) -> (u64, u64) {
         let real: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
         let padded = self.graphs.as_ref().map_or(real, |g| g.pad_q(real));
-        let routed = if self.model.moe.is_some() { padded.min(real + 1) } else { padded };
+        let routed = match (self.model.moe.is_some(), self.experts_padded) {
+            (false, _) => padded,
+            (true, true) => real,
+            (true, false) => padded.min(real + 1),
+        };
         (padded, routed)
     }
 
@@ -340,6 +352,29 @@ mod tests {
         assert_ne!(lib, 9.0 * measured.kernel_us(&pass));
         // Either way the engine launches the same kernels.
         assert_eq!(measured.step_launches(&batch), pieces.step_launches(&batch));
+    }
+
+    #[test]
+    fn only_the_engine_whose_router_was_measured_is_timed_by_it() {
+        let m = ModelConfig::load("qwen3-30b-a3b").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let dep = Deployment::default();
+        let router_us = |engine: &str| {
+            let engine = crate::sim::engine::EngineParams::load(engine).unwrap();
+            let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
+            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap();
+            let t = p.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 8]);
+            t.into_iter().find(|k| k.instance.name.ends_with("router")).unwrap()
+        };
+        // vLLM's GEMM + fused top-k was never measured: the roofline, not transformers' chain.
+        let vllm = router_us("vllm");
+        let roofline = Predictor::new(&m, &g, &dep, Tier::Roofline).unwrap().kernel_us(&vllm.instance.kernel);
+        assert_eq!(vllm.predicted_us, roofline);
+        // transformers' router is the collector's torch chain, measured on this GPU.
+        let hf = router_us("hf");
+        let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
+        assert_eq!(hf.predicted_us, km.predict_us_with(&hf.instance.kernel, Some("torch")));
+        assert!(hf.predicted_us > vllm.predicted_us);
     }
 
     #[test]
