@@ -26,6 +26,8 @@ const PUBLISHED_TOTALS: &[(&str, f64, &str)] = &[
     ("llama-3.1-70b", 70.6e9, "Hugging Face Hub safetensors count, meta-llama/Llama-3.1-70B: 70.6B"),
     ("llama-3.1-405b", 405e9, "Llama 3.1 model card: 405B"),
     ("llama-3.2-1b", 1.23e9, "Llama 3.2 model card, parameter column: 1B (1.23B)"),
+    ("llama-3.2-3b", 3.21e9, "Llama 3.2 model card, parameter column: 3B (3.21B)"),
+    ("qwen2.5-7b", 7.61e9, "Qwen2.5-7B-Instruct model card: Number of Parameters 7.61B"),
     ("qwen3-0.6b", 0.6e9, "Qwen3-0.6B model card: Number of Parameters 0.6B"),
     ("qwen3-8b", 8.2e9, "Qwen3-8B model card: Number of Parameters 8.2B"),
     ("qwen3-32b", 32.8e9, "Qwen3-32B model card: Number of Parameters 32.8B"),
