@@ -64,7 +64,7 @@ fn host_fit_on_the_probes_carries_cache_groups_and_read_tokens() {
         let (mut measured, mut predicted): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
         for s in r.steps.iter().filter(|s| s.num_requests > 0 && s.num_decode == s.num_requests) {
             let batch = logged_step_batch(s);
-            let (_, captured) = p.step_time_and_capture(&batch);
+            let captured = p.step_time_and_capture(&batch).1.is_some();
             // Host time = step wall time - the step's GPU time measured with CUDA events.
             let gpu_ms = s.gpu_ms.expect("every probe step has its CUDA-event GPU time");
             if !captured {

@@ -13,7 +13,8 @@ profile for model/run pairs that had none (PROFILES).
 Writes under --out the harness files (models.jsonl, runs.jsonl, requests.jsonl; unpack.py turns
 them into trace folders), steps.jsonl (per step [t_call_s, host_call_ms, gpu_ms, q_padded]),
 hostprof-<probe>.txt (cProfile of one 32-request run: where the host time goes) and env.json.
-Usage: python3 microbench/e2e/host_probe.py --out $OUT [--deadline-s 520] [--probes-only]
+Usage: python3 microbench/e2e/host_probe.py --out $OUT [--deadline-s 520] [--probes-only | --no-probes]
+       [--profiles "MODEL:LAYERS:WORKLOAD,...;..."]
 """
 import argparse
 import cProfile
@@ -102,6 +103,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline-s", type=float, default=520)
     ap.add_argument("--probes-only", action="store_true", help="skip the real-model profiles (a repeat of the probes)")
+    ap.add_argument("--no-probes", action="store_true", help="only the real-model profiles")
     ap.add_argument("--probe-workloads", help="comma-separated workloads for the probes instead of the grid "
                     "(NAME or NAME/firstN)")
     ap.add_argument("--profiles", help="semicolon-separated MODEL:LAYERS:WORKLOAD,... instead of PROFILES "
@@ -117,7 +119,7 @@ def main():
     log = []
     profile_steps.install_step_timer(log)
     grid = a.probe_workloads.split(",") if a.probe_workloads else GRID
-    for p in PROBES:
+    for p in ([] if a.no_probes else PROBES):
         one_model(p, p, lambda p=p: probe_config(p), grid, a.out, log, t_end,
                   profile_run="grid_i512_o64_c32" if p == "host-probe-g6" else None)
     profiles = PROFILES

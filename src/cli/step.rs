@@ -44,7 +44,8 @@ pub fn run(args: StepArgs) -> Result<()> {
     let table = pred.kernel_table(&seqs);
     // A CUDA-graph engine captures a padded shape on first use: report the replayed step and
     // say what the first one adds.
-    let (first, captured) = pred.step_time_and_capture(&seqs);
+    let (first, capture) = pred.step_time_and_capture(&seqs);
+    let captured = capture.is_some();
     let cost = if captured { pred.step_time(&seqs) } else { first.clone() };
     let capture_note = captured.then(|| format!("first run of this padded shape also captures its CUDA graph: +{:.1} us (not in the step below)", first.total_us - cost.total_us));
     let total_flops: f64 = table.iter().map(|t| t.sol.flops * t.instance.count as f64).sum();

@@ -41,8 +41,8 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
             let p = traces::predictor_for(&model.config, run, tier, HostOverhead::zero())?;
             let mut pairs = Vec::new();
             for (s, &measured) in run.steps.iter().zip(gpu_ms) {
-                let (cost, captured) = p.step_time_and_capture(&traces::logged_step_batch(s));
-                if !captured && s.num_requests > 0 {
+                let (cost, capture) = p.step_time_and_capture(&traces::logged_step_batch(s));
+                if capture.is_none() && s.num_requests > 0 {
                     pairs.push((measured, cost.total_us / 1e3));
                 }
             }

@@ -478,7 +478,8 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
             }
             for s in run.steps.iter().filter(|s| s.num_requests > 0) {
                 let batch = logged_step_batch(s);
-                let (cost, captured) = p.step_time_and_capture(&batch);
+                let (cost, capture) = p.step_time_and_capture(&batch);
+                let captured = capture.is_some();
                 let l = p.step_load(&batch, 0);
                 // No per-layer term: the probes, which alone fit these, all have 12 layers, and
                 // the real models' one-request host time does not grow with layers (CUDA-event
@@ -492,9 +493,8 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
                     _ => cost.total_us,
                 };
                 let residual = (s.end_s - s.start_s) * 1e6 - gpu_us;
-                if captured {
-                    let padded = p.step_tokens(&batch).0;
-                    captures.push((x, p.capture_load(padded, p.step_launches(&batch)), cost.total_us, residual));
+                if let Some(load) = capture {
+                    captures.push((x, load, cost.total_us, residual));
                 } else if s.gpu_ms.is_some() {
                     // Replayed steps fit the host terms only where their GPU time was measured:
                     // the host time itself, whatever the tier's kernel model predicts.

@@ -50,11 +50,14 @@ pub struct CudaGraphs {
     /// KV cache size in tokens (per layer group): KV padding stops there.
     pub kv_cap_tokens: u64,
     captured: Mutex<HashSet<Vec<u64>>>,
+    /// The most padded query tokens any capture so far ran: the engine's graphs share one
+    /// memory pool, which only a larger capture grows.
+    pool_tokens: Mutex<u64>,
 }
 
 impl CudaGraphs {
     pub fn new(padding: GraphPadding, max_q_tokens: u64, kv_cap_tokens: u64) -> CudaGraphs {
-        CudaGraphs { padding, max_q_tokens, kv_cap_tokens, captured: Mutex::new(HashSet::new()) }
+        CudaGraphs { padding, max_q_tokens, kv_cap_tokens, captured: Mutex::new(HashSet::new()), pool_tokens: Mutex::new(0) }
     }
 
     pub fn pad_q(&self, q: u64) -> u64 {
@@ -70,9 +73,17 @@ impl CudaGraphs {
         self.padding.seqlen_k_pow2_min.map(|min| len.max(min as u64).next_power_of_two().min(self.kv_cap_tokens.max(min as u64)))
     }
 
-    /// Records the graph of padded shape `key`; true when it had not been captured before.
-    pub fn first_use(&self, key: Vec<u64>) -> bool {
-        self.captured.lock().expect("graph set poisoned").insert(key)
+    /// Records the graph of padded shape `key`, run at `padded` query tokens. None when it was
+    /// captured before; else the query tokens by which this capture grows the graphs' shared
+    /// memory pool (0 when an earlier capture was at least as large).
+    pub fn capture(&self, key: Vec<u64>, padded: u64) -> Option<u64> {
+        if !self.captured.lock().expect("graph set poisoned").insert(key) {
+            return None;
+        }
+        let mut pool = self.pool_tokens.lock().expect("graph pool poisoned");
+        let growth = padded.saturating_sub(*pool);
+        *pool = (*pool).max(padded);
+        Some(growth)
     }
 }
 
@@ -92,11 +103,16 @@ mod tests {
     }
 
     #[test]
-    fn a_shape_is_captured_once() {
+    fn a_shape_is_captured_once_and_only_a_larger_capture_grows_the_pool() {
         let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
-        assert!(g.first_use(vec![64, 16384]));
-        assert!(!g.first_use(vec![64, 16384]));
-        assert!(g.first_use(vec![128, 16384]));
+        assert_eq!(g.capture(vec![8192, 0], 8192), Some(8192));
+        assert_eq!(g.capture(vec![8192, 0], 8192), None);
+        // Another shape as large or smaller reuses the pool the first one allocated.
+        assert_eq!(g.capture(vec![8192, 16384], 8192), Some(0));
+        assert_eq!(g.capture(vec![64, 16384], 64), Some(0));
+        let h = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
+        assert_eq!(h.capture(vec![1216, 0], 1216), Some(1216));
+        assert_eq!(h.capture(vec![1344, 16384], 1344), Some(128));
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub struct HostOverhead {
     pub graph_capture_us: f64,
     #[serde(default)]
     pub graph_capture_per_kernel_us: f64,
-    /// Per million activation elements of the captured step (padded tokens x hidden x layers):
-    /// the graph's private memory pool is allocated as the capture first sees the shape.
+    /// Per million activation elements a capture adds to the graphs' shared memory pool
+    /// (`CaptureLoad::activations`): the pool is allocated as captures first need it, so a
+    /// shape no larger than one captured before in the run pays nothing here.
     #[serde(default)]
     pub graph_capture_per_m_activations_us: f64,
     /// Where the figures come from.
@@ -61,7 +62,8 @@ pub struct HostOverhead {
 pub struct CaptureLoad {
     /// The step's kernel launches (each pass of the capture launches them all).
     pub kernels: u64,
-    /// Padded tokens x hidden x layers.
+    /// Activation elements the capture adds to the graphs' shared memory pool: padded tokens
+    /// beyond the largest earlier capture's, x hidden x layers.
     pub activations: u64,
 }
 

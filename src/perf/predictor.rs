@@ -272,11 +272,11 @@ impl Predictor {
         self.token_cost(padded, seqs.len() as u64, routed).1 + attention
     }
 
-    /// What capturing the graph of a step of `padded` query tokens and `kernels` launches
-    /// involves: its launches and its activations as the capture allocates them (tokens x
-    /// hidden x layers).
-    pub fn capture_load(&self, padded: u64, kernels: u64) -> CaptureLoad {
-        CaptureLoad { kernels, activations: padded * self.model.hidden * self.model.num_layers }
+    /// What capturing the graph of a step of `kernels` launches involves: its launches, and
+    /// the activations it adds to the graphs' shared memory pool (`pool_growth_tokens` query
+    /// tokens x hidden x layers; see `CudaGraphs::capture`).
+    pub fn capture_load(&self, pool_growth_tokens: u64, kernels: u64) -> CaptureLoad {
+        CaptureLoad { kernels, activations: pool_growth_tokens * self.model.hidden * self.model.num_layers }
     }
 
     /// What the step asks of the host (`kernels`: its launches, `step_launches`).
@@ -296,19 +296,20 @@ impl Predictor {
         }
     }
 
-    /// The step's cost and whether it captured a new CUDA graph (always false without graphs).
-    pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, bool) {
+    /// The step's cost and, if it captured a new CUDA graph, what the capture involved (always
+    /// None without graphs).
+    pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, Option<CaptureLoad>) {
         let (padded, routed) = self.step_tokens(seqs);
         let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
         let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
         let wall_us = self.host.step_us(gpu_us, &self.step_load(seqs, launches));
         cost.add_class("host", wall_us - gpu_us);
-        let captured = self.graphs.as_ref().is_some_and(|g| g.first_use(self.graph_key(g, seqs)));
-        if captured {
-            cost.add_class("host", self.host.capture_extra_us(gpu_us, &self.capture_load(padded, launches)));
+        let capture = self.graphs.as_ref().and_then(|g| g.capture(self.graph_key(g, seqs), padded)).map(|growth| self.capture_load(growth, launches));
+        if let Some(c) = &capture {
+            cost.add_class("host", self.host.capture_extra_us(gpu_us, c));
         }
-        (cost, captured)
+        (cost, capture)
     }
 }
 
@@ -459,23 +460,26 @@ mod tests {
             .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
         let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
         let (first, captured) = p.step_time_and_capture(&step(8, 500));
-        assert!(captured);
+        assert!(captured.is_some());
         // The capture adds the host's capture cost (no per-layer launch time in this host).
         let gpu = first.total_us - first.host_us;
         assert!((first.host_us - 50_000.0).abs() < 1e-6, "{first:?}");
         // 8 x 900 cached tokens pad to the same 64 queries, 16384 KV tokens and 1024-key longest
         // sequence: same graph, same padded work.
         let (again, captured) = p.step_time_and_capture(&step(8, 900));
-        assert!(!captured && again.host_us == 0.0);
+        assert!(captured.is_none() && again.host_us == 0.0);
         assert!((again.total_us - gpu).abs() < 1e-6);
         // So do 60 sequences (60 queries pad to 64).
-        assert!(!p.step_time_and_capture(&step(60, 200)).1);
+        assert!(p.step_time_and_capture(&step(60, 200)).1.is_none());
         // One request growing past 1024 keys changes the key, at the same padded work.
         let (grown, captured) = p.step_time_and_capture(&[step(7, 500), step(1, 1100)].concat());
-        assert!(captured && (grown.total_us - grown.host_us - gpu).abs() < 1e-6, "{grown:?}");
-        assert!(!p.step_time_and_capture(&[step(7, 300), step(1, 1500)].concat()).1);
+        assert!(captured.is_some() && (grown.total_us - grown.host_us - gpu).abs() < 1e-6, "{grown:?}");
+        assert!(p.step_time_and_capture(&[step(7, 300), step(1, 1500)].concat()).1.is_none());
         // A longer KV read crosses the padding boundary: a new graph.
-        assert!(p.step_time_and_capture(&step(8, 3000)).1);
+        assert!(p.step_time_and_capture(&step(8, 3000)).1.is_some());
+        // Every graph so far ran 64 query tokens: only the first grew the shared pool.
+        let wider = p.step_time_and_capture(&step(100, 500)).1.expect("128 queries: a new graph");
+        assert_eq!(wider.activations, 64 * m.hidden * m.num_layers);
     }
 }
 
