@@ -28,6 +28,8 @@ const PUBLISHED_TOTALS: &[(&str, f64, &str)] = &[
     ("llama-3.2-1b", 1.23e9, "Llama 3.2 model card, parameter column: 1B (1.23B)"),
     ("llama-3.2-3b", 3.21e9, "Llama 3.2 model card, parameter column: 3B (3.21B)"),
     ("qwen2.5-7b", 7.61e9, "Qwen2.5-7B-Instruct model card: Number of Parameters 7.61B"),
+    ("qwen3-14b", 14.8e9, "Qwen3-14B model card: Number of Parameters 14.8B"),
+    ("mistral-nemo-12b", 12.2e9, "Hugging Face Hub safetensors count, mistralai/Mistral-Nemo-Base-2407: 12.2B"),
     ("qwen3-0.6b", 0.6e9, "Qwen3-0.6B model card: Number of Parameters 0.6B"),
     ("qwen3-8b", 8.2e9, "Qwen3-8B model card: Number of Parameters 8.2B"),
     ("qwen3-32b", 32.8e9, "Qwen3-32B model card: Number of Parameters 32.8B"),
