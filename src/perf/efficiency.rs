@@ -159,12 +159,7 @@ impl KernelModel {
             }
             None => self.libraries.get(&k.op).map(Vec::as_slice),
         };
-        // A library measured on its own path (`OpModel::by_path`, e.g. eager attention with
-        // sinks) is known to that path's model only.
-        let pick = |prefs: &[String]| {
-            pick_category(&m.backends, prefs, k.dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, k.dtype)))
-        };
-        match prefs.map(pick) {
+        match prefs.map(|prefs| pick_measured(m, prefs, k.dtype)) {
             Some(Some((category, true))) => m.predict_us(k, &self.gpu, Some(category)),
             Some(Some((category, false))) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
@@ -212,6 +207,13 @@ fn precision_of(d: Dtype) -> Precision {
     }
 }
 
+/// `pick_category` over the categories `m` measured, its own and then its paths' (a library
+/// measured on a path of its own, `OpModel::by_path`, e.g. eager attention with sinks, is known
+/// to that path's model only).
+fn pick_measured<'a>(m: &'a crate::calibrate::model::OpModel, prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
+    pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype)))
+}
+
 /// The category of `known` for a kernel of `dtype` under preference list `prefs`, and whether
 /// it was measured in that precision (false: a 16-bit category standing in for a quantized
 /// kernel). Balanced-routing categories only (`power_law` variants skew expert load).
@@ -243,9 +245,7 @@ impl KernelTimeModel for KernelModel {
 
     fn engine_library(&self, op: Op, dtype: Dtype) -> Option<String> {
         let m = self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))?;
-        let prefs = self.libraries.get(&op)?;
-        let picked = pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype)));
-        picked.map(|(category, _)| category.to_string())
+        pick_measured(m, self.libraries.get(&op)?, dtype).map(|(category, _)| category.to_string())
     }
 
     fn tier(&self) -> Tier {
