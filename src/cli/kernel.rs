@@ -150,6 +150,9 @@ pub fn run(args: KernelArgs) -> Result<()> {
         println!("  traffic      {:.3} us", s.memory_us);
         println!("  SOL          {:.3} us ({}-bound)", s.sol_us, s.bound.as_str());
         println!("  predicted    {:.3} us [{}]", predicted_us, KernelTimeModel::describe(&model));
+        if let Some(lib) = model.default_library(op).filter(|b| args.backend.is_none() && crate::calibrate::model::is_engine_only(op, b)) {
+            println!("  note         {op} was measured only as one engine's implementation ({lib}): without --backend it is priced by the roofline");
+        }
     }
     Ok(())
 }

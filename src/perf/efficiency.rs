@@ -118,6 +118,11 @@ impl KernelModel {
         &self.warnings
     }
 
+    /// The library (calibrated backend category) `op` is timed by when none is named.
+    pub fn default_library(&self, op: Op) -> Option<&str> {
+        self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op)).map(|m| m.default_backend.as_str())
+    }
+
     /// The tier that serves `op` (ops with no fitted model use the roofline constants).
     pub fn tier_for(&self, op: Op) -> Tier {
         self.ops.get(&op).map(|(t, _)| *t).unwrap_or(Tier::Roofline)
