@@ -118,9 +118,14 @@ impl KernelModel {
         &self.warnings
     }
 
+    /// The calibrated model that times `op` (None: the roofline constants).
+    fn op_model(&self, op: Op) -> Option<&crate::calibrate::model::OpModel> {
+        self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))
+    }
+
     /// The library (calibrated backend category) `op` is timed by when none is named.
     pub fn default_library(&self, op: Op) -> Option<&str> {
-        self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op)).map(|m| m.default_backend.as_str())
+        self.op_model(op).map(|m| m.default_backend.as_str())
     }
 
     /// The tier that serves `op` (ops with no fitted model use the roofline constants).
@@ -153,7 +158,7 @@ impl KernelModel {
     }
 
     fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>) -> f64 {
-        let Some(m) = self.ops.get(&k.op).and_then(|(_, set)| set.ops.get(&k.op)) else {
+        let Some(m) = self.op_model(k.op) else {
             return self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us);
         };
         let one;
@@ -249,7 +254,7 @@ impl KernelTimeModel for KernelModel {
     }
 
     fn engine_library(&self, op: Op, dtype: Dtype) -> Option<String> {
-        let m = self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))?;
+        let m = self.op_model(op)?;
         pick_measured(m, self.libraries.get(&op)?, dtype).map(|(category, _)| category.to_string())
     }
 
