@@ -124,3 +124,36 @@ fn shipped_sample_maps_every_model_and_limit_bounds_the_work() {
     assert_eq!(rep.rows_read, 3);
     assert_eq!(rep.rows_simulated + rep.rows_not_simulated, 3);
 }
+
+#[test]
+fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workload() {
+    use rows::Client;
+    // Upstream `silicon_data_source` strings, one of each campaign (shared/data/aiconfigurator).
+    assert_eq!(Client::from_source("source_file=2026-04-06.csv; config_id=12; measured=2025-10-29T00:00:00Z; wip=False"), Client::InferenceMax);
+    assert_eq!(Client::from_source("source_file=data/h100_sxm/vllm/0.12.0/Qwen3-32B.csv; silicon_concurrency=16"), Client::Undocumented);
+    assert_eq!(Client::from_source("db-dump/2026-04-27; config_id=494; measured=2026-02-08"), Client::Undocumented);
+    // The shipped copy records it per row: the vLLM InferenceX rows of the two models it has.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/public/silicon_h100_sxm_agg.csv");
+    let all = rows::load(&path, None).unwrap();
+    let imax: Vec<_> = all.iter().filter(|r| r.client == Client::InferenceMax).collect();
+    assert_eq!(imax.len(), 45 + 69);
+    assert!(imax.iter().all(|r| r.backend == "vllm" && (r.model_path.contains("Llama-3.1-70B") || r.model_path.contains("gpt-oss-120b"))));
+    // An InferenceMAX point sends 10 requests per client with lengths in [0.8 L, L].
+    let p = rows::plan(imax[0]).unwrap();
+    assert_eq!(p.num_requests, 10 * p.concurrency);
+    let flags = p.simulate_flags(Tier::Roofline).join(" ");
+    assert!(flags.contains("--workload uniform-upto --range-ratio 0.8"), "{flags}");
+    let args = run::simulate_args(&p, Tier::Roofline).unwrap();
+    let spec = args.workload.to_spec(1.0).unwrap();
+    assert_eq!(spec.lengths, kernelsight::workload::Lengths::UniformUpTo { isl: p.isl, osl: p.osl, low_ratio: 0.8 });
+    // An undocumented client keeps the row's fixed lengths.
+    let u = rows::plan(all.iter().find(|r| r.client == Client::Undocumented).unwrap()).unwrap();
+    assert!(!u.simulate_flags(Tier::Roofline).join(" ").contains("--workload"));
+    assert_eq!(u.num_requests, (3 * u.concurrency).max(16));
+    // A `client` column, when given, must name a known client.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("client.csv");
+    std::fs::write(&bad, format!("{HEADER},client\n{LOW_C},vidur\n")).unwrap();
+    let e = format!("{:#}", validate_silicon(&bad, &[Tier::Roofline], None).unwrap_err());
+    assert!(e.contains("line 2") && e.contains("'client'") && e.contains("inferencemax"), "{e}");
+}

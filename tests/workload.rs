@@ -196,3 +196,16 @@ fn workload_gen_command_writes_the_csv() {
     let e = kernelsight::cli::workload::run(kernelsight::cli::workload::WorkloadCmdArgs { command: bad.command }).unwrap_err();
     assert!(format!("{e}").contains("--rate must be a positive"), "{e}");
 }
+
+#[test]
+fn uniform_up_to_lengths_are_the_benchmark_clients_range_below_the_nominal_length() {
+    // SGLang's / InferenceMAX's --random-range-ratio 0.8: integers in [int(0.8 L), L].
+    let v = all(&spec(5000, Arrival::Rate { rate_per_s: 1.0, burstiness: 1.0 }, Lengths::UniformUpTo { isl: 1000, osl: 100, low_ratio: 0.8 }, Sharing::None));
+    assert!(v.iter().all(|r| (800..=1000).contains(&r.prompt_tokens) && (80..=100).contains(&r.output_tokens)));
+    let mi = v.iter().map(|r| r.prompt_tokens as f64).sum::<f64>() / v.len() as f64;
+    assert!((mi - 900.0).abs() < 5.0, "mean prompt {mi}");
+    assert!(v.iter().any(|r| r.prompt_tokens == 1000) && v.iter().any(|r| r.prompt_tokens == 800), "both ends are drawn");
+    let bad = spec(10, Arrival::Rate { rate_per_s: 1.0, burstiness: 1.0 }, Lengths::UniformUpTo { isl: 100, osl: 10, low_ratio: 1.5 }, Sharing::None);
+    let e = bad.validate().unwrap_err().to_string();
+    assert!(e.contains("uniform-upto") && e.contains("(0, 1]"), "{e}");
+}

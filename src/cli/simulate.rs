@@ -222,6 +222,7 @@ pub fn describe_workload(w: &WorkloadSpec) -> String {
             Lengths::ShareGpt => "ShareGPT-like lengths (lognormal, means 161 in / 338 out)".into(),
             Lengths::Fixed { isl, osl } => format!("fixed {isl} in / {osl} out"),
             Lengths::Uniform { isl, osl, range_ratio } => format!("uniform {isl} in / {osl} out +-{:.0}%", range_ratio * 100.0),
+            Lengths::UniformUpTo { isl, osl, low_ratio } => format!("uniform {:.0}-{isl} in / {:.0}-{osl} out", (*isl as f64 * low_ratio).floor(), (*osl as f64 * low_ratio).floor()),
         },
     };
     let arr = match w.arrival {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 /// clear error instead of being taken for a flag.
 #[derive(Debug, Clone, Args)]
 pub struct WorkloadArgs {
-    /// Length distribution: sharegpt (lognormal, means 161 in / 338 out), fixed (needs --isl/--osl), uniform (--isl/--osl ± --range-ratio).
-    #[arg(long, default_value = "sharegpt", value_parser = ["sharegpt", "fixed", "uniform"])]
+    /// Length distribution: sharegpt (lognormal, means 161 in / 338 out), fixed (needs --isl/--osl), uniform (--isl/--osl ± --range-ratio, vLLM's convention), uniform-upto (in [len * --range-ratio, len], SGLang's / InferenceMAX's convention).
+    #[arg(long, default_value = "sharegpt", value_parser = ["sharegpt", "fixed", "uniform", "uniform-upto"])]
     pub workload: String,
     /// Prompt tokens (fixed or uniform; giving --isl/--osl alone implies fixed).
     #[arg(long, allow_hyphen_values = true)]
@@ -17,7 +17,7 @@ pub struct WorkloadArgs {
     /// Output tokens (fixed or uniform).
     #[arg(long, allow_hyphen_values = true)]
     pub osl: Option<f64>,
-    /// Uniform lengths in [len*(1-r), len*(1+r)].
+    /// Uniform lengths in [len*(1-r), len*(1+r)] (uniform-upto: in [len*r, len]).
     #[arg(long, default_value_t = 0.5, allow_hyphen_values = true)]
     pub range_ratio: f64,
     /// Arrival rate in requests/s ('inf' sends all at once). Open loop.
@@ -84,10 +84,10 @@ impl WorkloadArgs {
                 let (Some(isl), Some(osl)) = (isl, osl) else {
                     bail!("--workload {kind} needs both --isl and --osl");
                 };
-                if kind == "fixed" {
-                    Lengths::Fixed { isl, osl }
-                } else {
-                    Lengths::Uniform { isl, osl, range_ratio: self.range_ratio }
+                match kind {
+                    "fixed" => Lengths::Fixed { isl, osl },
+                    "uniform-upto" => Lengths::UniformUpTo { isl, osl, low_ratio: self.range_ratio },
+                    _ => Lengths::Uniform { isl, osl, range_ratio: self.range_ratio },
                 }
             }
         };

@@ -2,11 +2,12 @@
 //! (`calibration/public/silicon_h100_sxm_agg.csv`, from NVIDIA's aiconfigurator).
 //!
 //! Each aggregated-serving row is a closed-loop benchmark: `batch_size` clients each sending
-//! fixed `isl`-token prompts for `osl` tokens, on a `tp`/`moe_ep` layout in a GEMM precision.
-//! The row's TTFT and TPOT are means over the benchmark's requests; the simulator runs the
-//! same closed loop (`rows::num_requests_for` requests, the first wave included, as a
-//! benchmark's mean includes it) and its means over all requests are compared. Rows that
-//! cannot be simulated are listed with the reason, never dropped.
+//! `isl`-token prompts for `osl` tokens, on a `tp`/`moe_ep` layout in a GEMM precision. The
+//! row's TTFT and TPOT are means over the benchmark's requests; the simulator runs the same
+//! closed loop with the row's client (`rows::Client`: its length distribution and
+//! `rows::num_requests_for` requests, the first wave included, as a benchmark's mean includes
+//! it) and its means over all requests are compared. Rows that cannot be simulated are listed
+//! with the reason, never dropped.
 
 pub mod fit;
 pub mod report;

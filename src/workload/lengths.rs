@@ -43,6 +43,7 @@ impl LengthSampler {
             }
             Lengths::Fixed { isl, osl } => (isl, osl),
             Lengths::Uniform { isl, osl, range_ratio } => (uniform(rng, isl, range_ratio), uniform(rng, osl, range_ratio)),
+            Lengths::UniformUpTo { isl, osl, low_ratio } => (uniform_up_to(rng, isl, low_ratio), uniform_up_to(rng, osl, low_ratio)),
         }
     }
 }
@@ -51,4 +52,10 @@ fn uniform(rng: &mut ChaCha8Rng, len: u32, r: f64) -> u32 {
     let lo = ((len as f64) * (1.0 - r)).floor().max(1.0) as u32;
     let hi = ((len as f64) * (1.0 + r)).ceil().max(lo as f64) as u32;
     rng.gen_range(lo..=hi)
+}
+
+/// Integers in [int(len*r), len], as those benchmark clients draw them (numpy randint).
+fn uniform_up_to(rng: &mut ChaCha8Rng, len: u32, r: f64) -> u32 {
+    let lo = ((len as f64) * r).floor().max(1.0) as u32;
+    rng.gen_range(lo.min(len)..=len)
 }

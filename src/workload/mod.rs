@@ -50,6 +50,9 @@ pub enum Lengths {
     Fixed { isl: u32, osl: u32 },
     /// Uniform in [len*(1-r), len*(1+r)], as vLLM's random dataset `--random-range-ratio`.
     Uniform { isl: u32, osl: u32, range_ratio: f64 },
+    /// Uniform in [len*r, len], as `--random-range-ratio` of SGLang's bench_serving and of the
+    /// InferenceMAX benchmark client (the public H100 serving rows use r = 0.8).
+    UniformUpTo { isl: u32, osl: u32, low_ratio: f64 },
 }
 
 /// Prefix sharing between requests.
@@ -102,7 +105,7 @@ impl WorkloadSpec {
         }
         match self.lengths {
             Lengths::ShareGpt => {}
-            Lengths::Fixed { isl, osl } | Lengths::Uniform { isl, osl, .. } => {
+            Lengths::Fixed { isl, osl } | Lengths::Uniform { isl, osl, .. } | Lengths::UniformUpTo { isl, osl, .. } => {
                 if isl == 0 || osl == 0 {
                     bail!("--isl and --osl must be at least 1 token, got isl={isl} osl={osl}");
                 }
@@ -111,6 +114,11 @@ impl WorkloadSpec {
         if let Lengths::Uniform { range_ratio, .. } = self.lengths {
             if !(0.0..1.0).contains(&range_ratio) {
                 bail!("--range-ratio must be in [0, 1), got {range_ratio}");
+            }
+        }
+        if let Lengths::UniformUpTo { low_ratio, .. } = self.lengths {
+            if !(low_ratio > 0.0 && low_ratio <= 1.0) {
+                bail!("--range-ratio of --workload uniform-upto must be in (0, 1] (lengths in [len*r, len]), got {low_ratio}");
             }
         }
         match self.sharing {

@@ -1,6 +1,7 @@
 //! The silicon validation report: error tables per tier, backend, split and model, the worst
 //! runs, and the rows not simulated. JSON (serde), terminal text (`render`) and per-row CSV.
 
+use super::rows::Client;
 use super::split::{self, Split};
 use crate::e2e::stats::{ape, ErrorStats};
 use super::{RowResult, Skipped};
@@ -51,7 +52,7 @@ pub struct SiliconReport {
     tier_order: Vec<Tier>,
 }
 
-const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulator's means over all requests of the same closed loop (batch_size clients, 3 requests each, first wave included); APE = |pred - meas| / meas in percent";
+const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulator's means over all requests of the same closed loop (batch_size clients, first wave included) with the row's benchmark client: inferencemax = 10 requests per client, lengths uniform in [0.8 L, L] (InferenceMAX benchmark_serving.py); undocumented = fixed isl/osl, 3 requests per client; APE = |pred - meas| / meas in percent";
 
 impl GroupStats {
     /// The six table columns: n, TPOT and TTFT APE, then the same without queueing runs.
@@ -108,12 +109,16 @@ impl SiliconReport {
             }
             m.insert("all_backends".into(), backend_stats(&|_| true));
             by_tier.insert(t.to_string(), m);
-            let mut models: Vec<(String, String)> = rows.iter().map(|r| (r.point.engine.clone(), r.point.model.clone())).collect();
-            models.sort();
+            // Per model and benchmark client: one model's rows can come from two campaigns.
+            let mut models: Vec<(String, String, Client)> = rows.iter().map(|r| (r.point.engine.clone(), r.point.model.clone(), r.point.client)).collect();
+            models.sort_by(|a, b| (&a.0, &a.1, a.2.as_str()).cmp(&(&b.0, &b.1, b.2.as_str())));
             models.dedup();
             let mm: BTreeMap<String, GroupStats> = models
                 .iter()
-                .map(|(b, md)| (format!("{b}/{md}"), group(rows.iter().filter(|r| r.point.engine == *b && r.point.model == *md), t)))
+                .map(|(b, md, c)| {
+                    let rs = rows.iter().filter(|r| r.point.engine == *b && r.point.model == *md && r.point.client == *c);
+                    (format!("{b}/{md} [{}]", c.as_str()), group(rs, t))
+                })
                 .collect();
             by_model.insert(t.to_string(), mm);
         }
@@ -181,9 +186,9 @@ impl SiliconReport {
         }
         for (tier, models) in &self.by_model {
             let _ = writeln!(s, "\nBy model ({tier}):");
-            let _ = writeln!(s, "  {:<28} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}", "backend/model", "n", "TPOT APE", "TTFT APE", "n", "TPOT w/o queue", "TTFT w/o queue");
+            let _ = writeln!(s, "  {:<43} {:>5}  {:<16} {:<16} {:>5}  {:<16} {:<16}", "backend/model [client]", "n", "TPOT APE", "TTFT APE", "n", "TPOT w/o queue", "TTFT w/o queue");
             for (k, g) in models {
-                let _ = writeln!(s, "  {:<28} {}", k, g.cells());
+                let _ = writeln!(s, "  {:<43} {}", k, g.cells());
             }
         }
         for &t in &self.tier_order {
@@ -241,7 +246,7 @@ impl SiliconReport {
         let file = dir.join("silicon_rows.csv");
         let mut w = csv::Writer::from_path(&file).with_context(|| format!("creating {}", file.display()))?;
         let mut header: Vec<String> = [
-            "line", "id", "backend", "backend_version", "model", "split", "tp", "ep", "dtype", "isl", "osl", "concurrency", "measured_ttft_ms", "measured_tpot_ms",
+            "line", "id", "backend", "backend_version", "model", "client", "split", "tp", "ep", "dtype", "isl", "osl", "concurrency", "measured_ttft_ms", "measured_tpot_ms",
         ]
         .map(String::from)
         .to_vec();
@@ -261,6 +266,7 @@ impl SiliconReport {
                 r.row.backend.clone(),
                 r.row.backend_version.clone(),
                 p.model.clone(),
+                p.client.as_str().to_string(),
                 r.split.as_str().to_string(),
                 p.tp.to_string(),
                 p.ep.to_string(),

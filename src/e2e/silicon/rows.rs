@@ -35,6 +35,51 @@ pub struct SiliconRow {
     pub moe_ep_size: Option<u32>,
     pub ttft_ms: f64,
     pub tpot_ms: f64,
+    /// The benchmark client that measured the row (`client` column, else read from upstream's
+    /// `silicon_data_source`).
+    pub client: Client,
+}
+
+/// The benchmark client behind a row: what its requests' lengths were and how many it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Client {
+    /// InferenceMAX / InferenceX `utils/bench_serving/benchmark_serving.py` as its README runs
+    /// it: `--random-range-ratio 0.8` (each prompt and answer length uniform in [0.8 L, L]),
+    /// `--num-prompts 10 x concurrency`, `--max-concurrency`, `--request-rate inf`,
+    /// `--ignore-eos`. The rows of upstream's InferenceX database export.
+    InferenceMax,
+    /// Provenance names no documented client (aiconfigurator's own collector, Dynamo runs):
+    /// simulated with the fixed `isl`/`osl` the row gives and 3 requests per client.
+    Undocumented,
+}
+
+impl Client {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Client::InferenceMax => "inferencemax",
+            Client::Undocumented => "undocumented",
+        }
+    }
+
+    fn parse(v: &str, origin: &str) -> Result<Client> {
+        match v {
+            "inferencemax" => Ok(Client::InferenceMax),
+            "undocumented" => Ok(Client::Undocumented),
+            _ => bail!("{origin}: field 'client' must be one of inferencemax, undocumented; got '{v}'"),
+        }
+    }
+
+    /// Upstream's `silicon_data_source`: the InferenceX export names its dump
+    /// (`source_file=2026-04-06.csv`); aiconfigurator's collector its result path under
+    /// `data/<system>/<backend>/`.
+    pub fn from_source(source: &str) -> Client {
+        let file = source.split(';').map(str::trim).find_map(|kv| kv.strip_prefix("source_file="));
+        match file {
+            Some(f) if !f.contains('/') && f.ends_with(".csv") => Client::InferenceMax,
+            _ => Client::Undocumented,
+        }
+    }
 }
 
 const REQUIRED: [&str; 4] = ["backend", "model_path", "silicon_ttft_ms", "silicon_tpot_ms"];
@@ -86,6 +131,10 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
         let rec = rec.with_context(|| format!("{file}: line {line}"))?;
         let origin = format!("{file} line {line}");
         let f = |name: &str| field(&rec, &cols, name);
+        let client = match (f("client"), f("silicon_data_source")) {
+            ("", source) => Client::from_source(source),
+            (c, _) => Client::parse(c, &origin)?,
+        };
         let mode = match f("mode") {
             "" => "agg".to_string(),
             m => m.to_ascii_lowercase(),
@@ -109,6 +158,7 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
             moe_ep_size: parse_count(f("moe_ep_size"), &origin, "moe_ep_size")?,
             ttft_ms: parse_ms(f("silicon_ttft_ms"), &origin, "silicon_ttft_ms")?,
             tpot_ms: parse_ms(f("silicon_tpot_ms"), &origin, "silicon_tpot_ms")?,
+            client,
         });
     }
     if rows.is_empty() {
@@ -117,7 +167,7 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
     Ok(rows)
 }
 
-/// One simulator run: a closed loop of `concurrency` clients sending fixed-length requests.
+/// One simulator run: a closed loop of `concurrency` clients sending the row's client's requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct SimPoint {
     pub model: String,
@@ -131,14 +181,22 @@ pub struct SimPoint {
     pub osl: u32,
     pub concurrency: u32,
     pub num_requests: u32,
+    pub client: Client,
 }
 
-/// Requests per run: every client sends at least three requests, so the first wave (all
-/// prompts at t=0) is a third of the run at most, like the several-requests-per-client
-/// benchmarks the means come from; at least 16 requests for small concurrencies.
-pub fn num_requests_for(concurrency: u32) -> u32 {
-    (3 * concurrency).max(16)
+/// Requests per run. InferenceMAX sends 10 per client. For an undocumented client every
+/// client sends at least three, so the first wave (all prompts at t=0) is a third of the run
+/// at most, like the several-requests-per-client benchmarks the means come from; at least 16
+/// requests for small concurrencies.
+pub fn num_requests_for(client: Client, concurrency: u32) -> u32 {
+    match client {
+        Client::InferenceMax => 10 * concurrency,
+        Client::Undocumented => (3 * concurrency).max(16),
+    }
 }
+
+/// InferenceMAX's `--random-range-ratio`: lengths uniform in [0.8 L, L].
+pub const INFERENCEMAX_RANGE_RATIO: f64 = 0.8;
 
 impl SimPoint {
     /// `kernelsight simulate` flags that reproduce this point (tier flag included).
@@ -156,6 +214,9 @@ impl SimPoint {
         }
         if self.ep > 1 {
             v.extend(["--ep".into(), self.ep.to_string()]);
+        }
+        if self.client == Client::InferenceMax {
+            v.extend(["--workload".into(), "uniform-upto".into(), "--range-ratio".into(), INFERENCEMAX_RANGE_RATIO.to_string()]);
         }
         v.extend([
             "--dtype".into(),
@@ -256,7 +317,8 @@ pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
         isl,
         osl,
         concurrency,
-        num_requests: num_requests_for(concurrency),
+        num_requests: num_requests_for(row.client, concurrency),
+        client: row.client,
     })
 }
 
