@@ -121,12 +121,16 @@ impl GpuSpec {
     }
 
     /// The dtype a matmul in `dtype` actually runs in on this GPU: formats without native
-    /// tensor-core support run in the next wider supported one (e.g. fp8 on A100 runs in bf16).
+    /// tensor-core support run in a wider supported one (e.g. fp8 on A100 runs in bf16). 4-bit
+    /// weights without fp4 tensor cores run weight-only, upcast to bf16 math (Marlin, AWQ/GPTQ,
+    /// triton `matmul_ogs`; TensorRT-LLM's gpt-oss support matrix: Hopper = mxfp4 weights with
+    /// bf16 activations), not in fp8.
     pub fn effective_compute_dtype(&self, dtype: Dtype) -> Dtype {
         match dtype {
             Dtype::Fp4 | Dtype::Int4 if self.peak.fp4_tflops.is_some() => Dtype::Fp4,
-            Dtype::Fp4 | Dtype::Int4 | Dtype::Fp8 if self.peak.fp8_tflops.is_some() => Dtype::Fp8,
-            Dtype::Fp4 | Dtype::Int4 | Dtype::Fp8 => Dtype::Bf16,
+            Dtype::Fp4 | Dtype::Int4 => Dtype::Bf16,
+            Dtype::Fp8 if self.peak.fp8_tflops.is_some() => Dtype::Fp8,
+            Dtype::Fp8 => Dtype::Bf16,
             Dtype::Int8 if self.peak.int8_tops.is_some() => Dtype::Int8,
             Dtype::Int8 => Dtype::Bf16,
             Dtype::Tf32 if self.peak.tf32_tflops.is_none() => Dtype::Fp32,

@@ -178,11 +178,18 @@ fn ridge_points_are_plausible() {
             "{}: bf16 ridge {bf16:.0} FLOP/B",
             s.id
         );
-        // Lower precision is never slower; fp8 at most doubles bf16 within datasheet rounding
-        // (L40S prints bf16 362.05 dense next to fp8 733); Blackwell Ultra fp4 is ~3x fp8.
+        // Lower precision is never slower where the tensor cores have it; fp8 at most doubles
+        // bf16 within datasheet rounding (L40S prints bf16 362.05 dense next to fp8 733);
+        // Blackwell Ultra fp4 is ~3x fp8. Without fp4 tensor cores 4-bit weights run
+        // weight-only in bf16 math.
         let fp8 = s.ridge_flops_per_byte(Dtype::Fp8);
         let fp4 = s.ridge_flops_per_byte(Dtype::Fp4);
-        assert!(bf16 <= fp8 && fp8 <= fp4, "{}: {bf16} {fp8} {fp4}", s.id);
+        assert!(bf16 <= fp8, "{}: {bf16} {fp8}", s.id);
+        if s.peak.fp4_tflops.is_some() {
+            assert!(fp8 <= fp4, "{}: {fp8} {fp4}", s.id);
+        } else {
+            assert_eq!(fp4, bf16, "{}: 4-bit weights without fp4 tensor cores run in bf16", s.id);
+        }
         assert!(
             fp8 <= 2.0 * bf16 * 1.03 && fp4 <= 3.2 * fp8,
             "{}: {bf16} {fp8} {fp4}",
