@@ -146,6 +146,12 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     let args = run::simulate_args(&p, Tier::Roofline).unwrap();
     let spec = args.workload.to_spec(1.0).unwrap();
     assert_eq!(spec.lengths, kernelsight::workload::Lengths::UniformUpTo { isl: p.isl, osl: p.osl, low_ratio: 0.8 });
+    // InferenceX's H100 recipe for Llama-3.1-70B FP8 serves an fp8 KV cache; gpt-oss's does not.
+    let llama = rows::plan(imax.iter().find(|r| r.model_path.contains("Llama-3.1-70B")).unwrap()).unwrap();
+    assert!(llama.simulate_flags(Tier::Roofline).join(" ").contains("--kv-dtype fp8"));
+    let gpt = rows::plan(imax.iter().find(|r| r.model_path.contains("gpt-oss")).unwrap()).unwrap();
+    let gpt_flags = gpt.simulate_flags(Tier::Roofline).join(" ");
+    assert!(!gpt_flags.contains("--kv-dtype") && gpt_flags.contains("--prefix-caching false"), "{gpt_flags}");
     // An undocumented client keeps the row's fixed lengths.
     let u = rows::plan(all.iter().find(|r| r.client == Client::Undocumented).unwrap()).unwrap();
     assert!(!u.simulate_flags(Tier::Roofline).join(" ").contains("--workload"));

@@ -241,13 +241,36 @@ fn moe_distribution_folds_into_backend() {
         ],
     );
     let out = aiconfigurator::import_file(&p).unwrap();
-    assert_eq!(out.rows.len(), 2);
+    assert_eq!(out.rows.len(), 3);
     let bal = find(&out.rows, |r| r.kernel.dtype == Dtype::Bf16)[0];
     assert_eq!(bal.backend.as_deref(), Some("vllm-0.24.0"));
     let k = &bal.kernel;
     assert_eq!((k.num_tokens, k.hidden, k.inter, k.topk, k.num_experts, k.tp, k.ep), (128, 4096, 14336, 2, 8, 2, 1));
     let pl = find(&out.rows, |r| r.kernel.dtype == Dtype::Fp8)[0];
     assert_eq!(pl.backend.as_deref(), Some("vllm-0.24.0/power_law_1.2"));
+    // The H200 has no fp4 tensor cores: MXFP4 weights with bf16 activations are its fp4.
+    let w4 = find(&out.rows, |r| r.kernel.dtype == Dtype::Fp4)[0];
+    assert_eq!(w4.backend.as_deref(), Some("vllm-0.24.0/w4a16_mxfp4"));
+    assert!(out.skipped.is_empty(), "{:?}", out.skipped);
+    // On B200 fp4 means fp4 math, which weight-only rows are not: skipped and counted.
+    let p = write_parquet(
+        dir.path(),
+        "b200_sxm/moe/vllm/0.24.0/moe_perf.parquet",
+        &[
+            Col::S("moe_dtype", vec!["w4a16_mxfp4"]),
+            Col::I("num_tokens", vec![128]),
+            Col::I("hidden_size", vec![4096]),
+            Col::I("inter_size", vec![14336]),
+            Col::I("topk", vec![2]),
+            Col::I("num_experts", vec![8]),
+            Col::I("moe_tp_size", vec![2]),
+            Col::I("moe_ep_size", vec![1]),
+            Col::S("distribution", vec!["balanced"]),
+            Col::F("latency", vec![0.1]),
+        ],
+    );
+    let out = aiconfigurator::import_file(&p).unwrap();
+    assert!(out.rows.is_empty());
     assert_eq!(out.skipped.get("moe_perf: moe_dtype w4a16_mxfp4"), Some(&1));
 }
 

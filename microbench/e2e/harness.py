@@ -228,8 +228,8 @@ def make_prompts(rows, vocab, seed):
 
 
 def make_run_id(model_name, run):
-    return (f"{model_name}/{run['workload']}" + ("/cudagraph" if run.get("cuda_graph") else "")
-            + (f"/first{run['limit']}" if run.get("limit") else ""))
+    return (f"{model_name}/{run['workload']}" + (f"/closed{run['clients']}" if run.get("clients") else "")
+            + ("/cudagraph" if run.get("cuda_graph") else "") + (f"/first{run['limit']}" if run.get("limit") else ""))
 
 
 def num_layer_groups(cfg):
@@ -288,6 +288,8 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
     rec = {"run_id": run_id, "model": model_name, "workload": wl, "num_requests": len(rows),
            "prefix_tokens_max": max(r["prefix_tokens"] for r in rows), "cuda_graph_requested": cuda_graph, "recorded": record,
            "engine_requested": settings}
+    if run.get("clients"):
+        rec["clients"] = int(run["clients"])
     manager = None
     steps = []
     t0_box = [0.0]
@@ -321,19 +323,25 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         bp.update_batch = update
 
         ids = {}
-        t0_box[0] = t0 = time.perf_counter()
-        i = 0
-        while i < len(rows) and rows[i]["arrival_s"] <= 0.0:  # the t=0 batch goes in before the loop starts
+        # Closed loop (`clients`): that many requests at t=0, then each finished request's client
+        # sends the next row at once (rows in file order; the file's arrival times are ignored).
+        clients = int(run.get("clients") or 0)
+
+        def submit(i):
             ids[manager.add_request(prompts[i], request_id=f"r{i}", max_new_tokens=rows[i]["output_tokens"],
                                     record_timestamps=True, eos_token_id=-1)] = i
+
+        t0_box[0] = t0 = time.perf_counter()
+        i = 0
+        while i < len(rows) and (i < clients if clients else rows[i]["arrival_s"] <= 0.0):  # the t=0 batch goes in before the loop starts
+            submit(i)
             i += 1
         manager.start()
-        while i < len(rows):
+        while not clients and i < len(rows):
             wait = t0 + rows[i]["arrival_s"] - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
-            ids[manager.add_request(prompts[i], request_id=f"r{i}", max_new_tokens=rows[i]["output_tokens"],
-                                    record_timestamps=True, eos_token_id=-1)] = i
+            submit(i)
             i += 1
         results = {}
         limit_t = t_start + run_timeout_s
@@ -341,6 +349,9 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
             res = manager.get_result(timeout=0.2)
             if res is not None and res.is_finished():
                 results[res.request_id] = res
+                if clients and i < len(rows):
+                    submit(i)
+                    i += 1
             elif res is None and not manager.is_running():
                 break
         t_end = time.perf_counter()

@@ -75,6 +75,10 @@ pub struct TraceRun {
     pub kv_cap_tokens: u64,
     /// KV cache layer groups the engine reported (`engine_requested.layer_groups`), where recorded.
     pub layer_groups: Option<u64>,
+    /// Closed-loop runs (`clients` in the run record): that many clients, each sending the next
+    /// request as its last one ends. The replay then runs the same closed loop, so arrivals
+    /// are the simulator's own, not the recorded ones.
+    pub clients: Option<u32>,
     pub steps: Vec<TraceStep>,
     /// Finished requests only.
     pub requests: Vec<TraceRequest>,
@@ -222,6 +226,11 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         graphs,
         kv_cap_tokens,
         layer_groups: engine.get("layer_groups").and_then(Value::as_u64),
+        clients: match v.get("clients").and_then(Value::as_u64) {
+            Some(c) if c >= 1 && c <= u32::MAX as u64 => Some(c as u32),
+            Some(c) => bail!("{origin}: field 'clients' must be a positive number of closed-loop clients, got {c}"),
+            None => None,
+        },
         steps,
         requests: Vec::new(),
         sent: Vec::new(),
@@ -658,9 +667,10 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
         slo_ttft_ms: None,
         slo_tpot_ms: None,
     };
+    // Requests in the order they were sent (a closed loop sends them in file order).
     let mut source = VecSource(run.sent.clone().into_iter());
     let mut finished = Finished::default();
-    let outcome = crate::sim::run(&cfg, &p, &mut source, None, &mut finished)?;
+    let outcome = crate::sim::run(&cfg, &p, &mut source, run.clients, &mut finished)?;
     let s = Summary::new(&outcome, &cfg, p.describe());
     // TTFT, TPOT and throughput from the simulated requests with the same quantile and
     // definitions as the measured side (`measured_metrics`); ITL from the simulator's histogram.

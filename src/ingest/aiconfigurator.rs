@@ -13,7 +13,9 @@
 //! - `moe_perf` -> `moe` (num_tokens before routing, hidden, inter, topk, num_experts,
 //!   tp = moe_tp_size, ep = moe_ep_size). The routing distribution is folded into the backend:
 //!   `balanced` adds nothing, others add `/power_law_1.01` etc., so that a consumer grouping by
-//!   backend never mixes skewed and balanced routing. Weight-only MoE formats are skipped.
+//!   backend never mixes skewed and balanced routing. Weight-only MoE formats are skipped,
+//!   except `w4a16_mxfp4` on GPUs without fp4 tensor cores (H100, H200, L40S): `fp4` with
+//!   backend suffix `/w4a16_mxfp4`, since there `Dtype::Fp4` means 4-bit weights, bf16 math.
 //! - `nccl_perf` / `oneccl_perf` -> `all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`
 //!   with bytes = elements x dtype bytes (nccl-tests size convention) and num_gpus. Backend is
 //!   `nccl-<version column>` (the folder name is wrong for some files), else the folder name.
@@ -361,8 +363,16 @@ fn moe(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
         c("distribution")?,
         c("latency")?,
     );
+    // MXFP4 weights with 16-bit activations are what `Dtype::Fp4` means on a GPU without fp4
+    // tensor cores (bf16 math, `GpuSpec::effective_compute_dtype`); on one with them fp4 means
+    // fp4 math, which these rows are not.
+    let weight_only_fp4 = crate::hardware::load_gpu(&ctx.gpu).is_ok_and(|g| g.peak.fp4_tflops.is_none());
     for i in 0..t.rows.len() {
-        let Format::Keep(dtype, fmt_suffix) = quant_format(t, i, dt)? else {
+        let format = match t.str_at(i, dt).as_ref() {
+            "w4a16_mxfp4" if weight_only_fp4 => Format::Keep(Dtype::Fp4, "/w4a16_mxfp4"),
+            _ => quant_format(t, i, dt)?,
+        };
+        let Format::Keep(dtype, fmt_suffix) = format else {
             skip(out, ctx, &format!("moe_dtype {}", t.str_at(i, dt)));
             continue;
         };

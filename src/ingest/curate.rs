@@ -5,7 +5,8 @@
 //! vLLM version measured there), so that efficiencies compare kernels of one generation:
 //! - gemm: bf16, fp8 (per-tensor) and fp4 (Blackwell); fp8_block and TensorRT-LLM dropped;
 //! - attn_prefill / attn_decode: every row of that stack (bf16 and fp8 KV, all windows);
-//! - moe: bf16 and fp8 (per-tensor), balanced and power-law routing;
+//! - moe: bf16 and fp8 (per-tensor), balanced and power-law routing; MXFP4 weight-only
+//!   (`/w4a16_mxfp4`, gpt-oss's kernels) on the GPUs without fp4 tensor cores;
 //! - collectives: every NCCL and custom all-reduce row (all stacks; they are small);
 //! - mla_prefill / mla_decode: every row (kernel tables and `/module_*` tables).
 //!
@@ -48,11 +49,37 @@ pub fn keep(row: &KernelRow) -> bool {
         Op::Gemm => backend == stack && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp8 | Dtype::Fp4),
         Op::AttnPrefill | Op::AttnDecode => backend == stack,
         Op::Moe => {
-            let plain = backend == stack
-                || backend.strip_prefix(stack).is_some_and(|s| s.starts_with("/power_law_"));
-            plain && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp8)
+            let variant = |v: &str| backend.strip_prefix(stack).and_then(|s| s.strip_prefix(v)).is_some_and(|s| s.is_empty() || s.starts_with("/power_law_"));
+            (variant("") && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp8)) || (variant("/w4a16_mxfp4") && k.dtype == Dtype::Fp4)
         }
         Op::MlaPrefill | Op::MlaDecode => true,
         op => op.is_collective(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::measured;
+    use crate::schema::Kernel;
+
+    fn moe(dtype: Dtype, gpu: &str, backend: &str) -> KernelRow {
+        let mut k = Kernel::new(Op::Moe, dtype);
+        (k.num_tokens, k.hidden, k.inter, k.topk, k.num_experts, k.tp, k.ep) = (64, 2880, 2880, 4, 128, 1, 1);
+        measured(k, 50.0, gpu, "aiconfigurator", backend.to_string(), "k")
+    }
+
+    #[test]
+    fn moe_keeps_the_primary_stack_and_its_mxfp4_weight_only_rows() {
+        assert!(keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.24.0")));
+        assert!(keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/power_law_1.2")));
+        assert!(keep(&moe(Dtype::Fp4, "h100_sxm", "vllm-0.24.0/w4a16_mxfp4")));
+        assert!(keep(&moe(Dtype::Fp4, "h200_sxm", "vllm-0.24.0/w4a16_mxfp4/power_law_1.01")));
+        // Block-FP8, other stacks, fp4 that is not the weight-only variant, and a bf16 row
+        // labelled weight-only stay out.
+        assert!(!keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/fp8_block")));
+        assert!(!keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.14.0")));
+        assert!(!keep(&moe(Dtype::Fp4, "h100_sxm", "vllm-0.24.0")));
+        assert!(!keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.24.0/w4a16_mxfp4")));
     }
 }

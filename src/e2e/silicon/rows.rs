@@ -198,6 +198,21 @@ pub fn num_requests_for(client: Client, concurrency: u32) -> u32 {
 /// InferenceMAX's `--random-range-ratio`: lengths uniform in [0.8 L, L].
 pub const INFERENCEMAX_RANGE_RATIO: f64 = 0.8;
 
+/// `vllm serve` settings of InferenceX's H100 recipes (SemiAnalysisAI/InferenceX `benchmarks/`)
+/// that the simulator models, as `simulate` flags. `70b_fp8_h100_slurm.sh`: `kv-cache-dtype:
+/// fp8`, `no-enable-prefix-caching`, `max-num-batched-tokens: 8192`; `gptoss_fp4_h100.sh`: the
+/// same without the fp8 KV cache. Both also set `async-scheduling` (host work overlapped with
+/// the GPU: not modelled) and `--max-num-seqs $CONC` (no limit in a closed loop of CONC
+/// clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1` (Marlin experts, which no table
+/// measured on H100 for gpt-oss's shape: the profile's default Triton kernel stands in).
+pub fn inferencemax_server_flags(model: &str, gpu: &str, engine: &str) -> &'static [&'static str] {
+    match (model, gpu, engine) {
+        ("llama-3.1-70b", "h100_sxm", "vllm") => &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192"],
+        ("gpt-oss-120b", "h100_sxm", "vllm") => &["--prefix-caching", "false", "--max-num-batched-tokens", "8192"],
+        _ => &[],
+    }
+}
+
 impl SimPoint {
     /// `kernelsight simulate` flags that reproduce this point (tier flag included).
     pub fn simulate_flags(&self, tier: crate::perf::Tier) -> Vec<String> {
@@ -217,6 +232,7 @@ impl SimPoint {
         }
         if self.client == Client::InferenceMax {
             v.extend(["--workload".into(), "uniform-upto".into(), "--range-ratio".into(), INFERENCEMAX_RANGE_RATIO.to_string()]);
+            v.extend(inferencemax_server_flags(&self.model, &self.gpu, &self.engine).iter().map(|f| f.to_string()));
         }
         v.extend([
             "--dtype".into(),
