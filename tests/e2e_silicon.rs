@@ -142,7 +142,7 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     let p = rows::plan(imax[0]).unwrap();
     assert_eq!(p.num_requests, 10 * p.concurrency);
     let flags = p.simulate_flags(Tier::Roofline).join(" ");
-    assert!(flags.contains("--workload uniform-upto --range-ratio 0.8"), "{flags}");
+    assert!(flags.contains("--workload uniform-upto --range-ratio 0.8 --client-turnaround-ms 1"), "{flags}");
     let args = run::simulate_args(&p, Tier::Roofline).unwrap();
     let spec = args.workload.to_spec(1.0).unwrap();
     assert_eq!(spec.lengths, kernelsight::workload::Lengths::UniformUpTo { isl: p.isl, osl: p.osl, low_ratio: 0.8 });

@@ -134,3 +134,29 @@ fn eager_host_fit_keeps_the_probes_bookkeeping_terms() {
     let plain = fit_host(&eager_traces, Tier::Roofline, None).unwrap();
     assert_eq!(plain.per_sliding_read_token_us, 0.0);
 }
+
+#[test]
+fn closed_loop_runs_replay_as_closed_loops_and_keep_the_cohort_effect() {
+    // The closed-loop runs record their clients; the replay then generates its own arrivals.
+    // Measured: with fixed lengths each later wave's prompts arrive together (one cohort),
+    // with lengths in [0.8 L, L] they spread out and wait far less.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_closed_loop8");
+    let models = load_dir(&dir).unwrap();
+    let m = models.iter().find(|m| m.label == "llama-3.2-3b").unwrap();
+    let run = |name: &str| m.runs.iter().find(|r| r.key.contains(name)).unwrap();
+    let (fixed, varied) = (run("n80_fixed"), run("n80_upto08"));
+    assert_eq!((fixed.clients, varied.clients), (Some(8), Some(8)));
+    // The harness's clients send again 0.3-0.4 ms after an answer ends (median).
+    let t = fixed.turnaround_s.unwrap();
+    assert!((1e-4..1e-3).contains(&t), "{t}");
+    let later_ttft_ms = |r: &kernelsight::e2e::traces::TraceRun| {
+        let mut q: Vec<_> = r.requests.iter().collect();
+        q.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        let later: Vec<f64> = q[8..].iter().map(|x| (x.first_token_s - x.arrival_s) * 1e3).collect();
+        later.iter().sum::<f64>() / later.len() as f64
+    };
+    assert!(later_ttft_ms(fixed) > 1.5 * later_ttft_ms(varied), "{} vs {}", later_ttft_ms(fixed), later_ttft_ms(varied));
+    let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
+    let ttft = |r| kernelsight::e2e::traces::replay(m, r, Tier::Roofline, &host).unwrap().0["ttft_p50"];
+    assert!(ttft(fixed) > 1.5 * ttft(varied), "simulated: {} vs {}", ttft(fixed), ttft(varied));
+}

@@ -285,3 +285,30 @@ fn pipelined_requests_sharing_a_tight_cache_make_progress() {
     assert_eq!(o.rec.completed, 6);
     assert!(obs.records.iter().all(|r| r.rejected.is_none()));
 }
+
+#[test]
+fn a_client_turnaround_makes_a_busy_engines_next_request_wait_a_step() {
+    // Two clients with different answer lengths, so one is always decoding when the other's
+    // next request comes. Sent the instant an answer ends, it joins the very next step; sent
+    // a microsecond later, that step has started and it waits for the one after.
+    let reqs: Vec<_> = (0..12).map(|i| req(i, 0.0, 20, if i % 2 == 0 { 4 } else { 7 })).collect();
+    let cfg = config(engine(Policy::Continuous), 1000);
+    let model = Affine::default();
+    let ttft_ms = |turnaround_us: f64| {
+        let mut obs = Collect::default();
+        let closed = kernelsight::sim::ClosedLoop { clients: 2, turnaround_us };
+        kernelsight::sim::run(&cfg, &model, &mut VecSource(reqs.clone().into_iter()), Some(closed), &mut obs).unwrap();
+        let later: Vec<f64> = obs.records.iter().filter(|r| r.id >= 2).map(|r| r.ttft_ms).collect();
+        (later.iter().sum::<f64>() / later.len() as f64, obs.records.iter().map(|r| r.arrival_s).fold(0.0, f64::max))
+    };
+    let (now, _) = ttft_ms(0.0);
+    let (later, last_arrival_s) = ttft_ms(1.0);
+    // Affine steps: a decode of one sequence takes ~102 us, so waiting out one adds about that.
+    assert!(later > now + 0.05, "{later} vs {now} ms");
+    assert!(last_arrival_s > 0.0);
+    let bad = kernelsight::sim::ClosedLoop { clients: 2, turnaround_us: -1.0 };
+    let Err(e) = kernelsight::sim::run(&cfg, &model, &mut VecSource(reqs.into_iter()), Some(bad), &mut Collect::default()) else {
+        panic!("a negative turnaround must be rejected");
+    };
+    assert!(e.to_string().contains("turnaround"), "{e}");
+}

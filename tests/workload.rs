@@ -162,9 +162,9 @@ fn invalid_specs_are_rejected() {
     let bad = [
         spec(10, Arrival::Rate { rate_per_s: 0.0, burstiness: 1.0 }, Lengths::ShareGpt, Sharing::None),
         spec(10, Arrival::Rate { rate_per_s: -1.0, burstiness: 1.0 }, Lengths::ShareGpt, Sharing::None),
-        spec(10, Arrival::Closed { concurrency: 0 }, Lengths::ShareGpt, Sharing::None),
-        spec(0, Arrival::Closed { concurrency: 1 }, Lengths::ShareGpt, Sharing::None),
-        spec(10, Arrival::Closed { concurrency: 1 }, Lengths::Fixed { isl: 0, osl: 3 }, Sharing::None),
+        spec(10, Arrival::Closed { concurrency: 0, turnaround_s: 0.0 }, Lengths::ShareGpt, Sharing::None),
+        spec(0, Arrival::Closed { concurrency: 1, turnaround_s: 0.0 }, Lengths::ShareGpt, Sharing::None),
+        spec(10, Arrival::Closed { concurrency: 1, turnaround_s: 0.0 }, Lengths::Fixed { isl: 0, osl: 3 }, Sharing::None),
     ];
     for s in bad {
         assert!(s.validate().is_err(), "{s:?}");

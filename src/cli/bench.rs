@@ -35,7 +35,7 @@ pub fn run(mut args: BenchArgs) -> Result<()> {
     for _ in 0..args.repeat.max(1) {
         let mut source = scenario.workload.build()?;
         let t0 = Instant::now();
-        let o = crate::sim::run(&scenario.cfg, &scenario.predictor, source.as_mut(), scenario.workload.concurrency(), &mut NoObserver)?;
+        let o = crate::sim::run(&scenario.cfg, &scenario.predictor, source.as_mut(), scenario.workload.closed_loop(), &mut NoObserver)?;
         let wall = t0.elapsed().as_secs_f64();
         if best.is_none_or(|b| wall < b.0) {
             best = Some((wall, o.num_requests, o.rec.steps, o.rec.output_tokens));

@@ -229,7 +229,8 @@ pub fn describe_workload(w: &WorkloadSpec) -> String {
         Arrival::Rate { rate_per_s, .. } if rate_per_s.is_infinite() => "all at t=0".to_string(),
         Arrival::Rate { rate_per_s, burstiness: 1.0 } => format!("Poisson {rate_per_s} req/s"),
         Arrival::Rate { rate_per_s, burstiness } => format!("Gamma {rate_per_s} req/s, burstiness {burstiness}"),
-        Arrival::Closed { concurrency } => format!("closed loop, {concurrency} clients"),
+        Arrival::Closed { concurrency, turnaround_s } if turnaround_s > 0.0 => format!("closed loop, {concurrency} clients, {:.2} ms turnaround", turnaround_s * 1e3),
+        Arrival::Closed { concurrency, .. } => format!("closed loop, {concurrency} clients"),
     };
     let share = match w.sharing {
         Sharing::None => String::new(),
@@ -282,7 +283,7 @@ pub fn execute(args: &SimulateArgs) -> Result<Report> {
         outputs.progress = Some(bar);
     }
     let mut source = scenario.workload.build()?;
-    let outcome = sim::run(&scenario.cfg, &scenario.predictor, source.as_mut(), scenario.workload.concurrency(), &mut outputs)?;
+    let outcome = sim::run(&scenario.cfg, &scenario.predictor, source.as_mut(), scenario.workload.closed_loop(), &mut outputs)?;
     if let Some(p) = outputs.progress.take() {
         p.finish_and_clear();
     }

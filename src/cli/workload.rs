@@ -29,6 +29,10 @@ pub struct WorkloadArgs {
     /// Closed loop: this many clients, each sending its next request when its last one ends.
     #[arg(long, allow_hyphen_values = true, conflicts_with = "rate")]
     pub concurrency: Option<f64>,
+    /// Closed loop: time from a client's answer ending to its next request reaching the engine
+    /// (an engine busy with others has started its next step by then).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true, requires = "concurrency")]
+    pub client_turnaround_ms: f64,
     /// Number of requests (default: 1000, or the whole trace).
     #[arg(long, allow_hyphen_values = true)]
     pub num_requests: Option<f64>,
@@ -64,7 +68,7 @@ impl WorkloadArgs {
     /// --concurrency is given.
     pub fn to_spec(&self, default_rate_per_s: f64) -> Result<WorkloadSpec> {
         let arrival = match (&self.rate, self.concurrency) {
-            (_, Some(c)) => Arrival::Closed { concurrency: count("concurrency", c)? },
+            (_, Some(c)) => Arrival::Closed { concurrency: count("concurrency", c)?, turnaround_s: self.client_turnaround_ms * 1e-3 },
             (Some(r), None) => {
                 let rate_per_s = if r.eq_ignore_ascii_case("inf") {
                     f64::INFINITY
@@ -145,7 +149,7 @@ pub fn run(args: WorkloadCmdArgs) -> Result<()> {
     };
     if a.out.as_os_str() != "-" {
         let how = match spec.arrival {
-            Arrival::Closed { concurrency } => format!("closed loop of {concurrency} clients: arrival_s is 0, send when a client is free"),
+            Arrival::Closed { concurrency, .. } => format!("closed loop of {concurrency} clients: arrival_s is 0, send when a client is free"),
             Arrival::Rate { rate_per_s, .. } => format!("{rate_per_s} req/s"),
         };
         eprintln!("wrote {n} requests ({how}) to {}", a.out.display());

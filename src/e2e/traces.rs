@@ -79,6 +79,9 @@ pub struct TraceRun {
     /// request as its last one ends. The replay then runs the same closed loop, so arrivals
     /// are the simulator's own, not the recorded ones.
     pub clients: Option<u32>,
+    /// Closed-loop runs: median time from an answer's end to the next request's arrival
+    /// (`client_turnaround_s`), which the replay's clients then take too.
+    pub turnaround_s: Option<f64>,
     pub steps: Vec<TraceStep>,
     /// Finished requests only.
     pub requests: Vec<TraceRequest>,
@@ -231,10 +234,29 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
             Some(c) => bail!("{origin}: field 'clients' must be a positive number of closed-loop clients, got {c}"),
             None => None,
         },
+        turnaround_s: None,
         steps,
         requests: Vec::new(),
         sent: Vec::new(),
     })
+}
+
+/// Median, over the requests a closed loop's clients sent after their first, of the time from
+/// the latest answer to end before the request arrived to its arrival. None for too few.
+pub fn client_turnaround_s(requests: &[TraceRequest], clients: u32) -> Option<f64> {
+    let mut by_arrival: Vec<&TraceRequest> = requests.iter().collect();
+    by_arrival.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    let mut finishes: Vec<f64> = requests.iter().map(|r| r.finish_s).collect();
+    finishes.sort_by(f64::total_cmp);
+    let gaps: Vec<f64> = by_arrival
+        .iter()
+        .skip(clients as usize)
+        .filter_map(|r| {
+            let i = finishes.partition_point(|&f| f <= r.arrival_s);
+            (i > 0).then(|| r.arrival_s - finishes[i - 1])
+        })
+        .collect();
+    (gaps.len() >= 3).then(|| quantile(&gaps, 0.5))
 }
 
 /// The runs of one runs.jsonl that carry timings (ok or partial), without their requests.
@@ -298,6 +320,9 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
             }
         }
         runs.retain(|r| !r.requests.is_empty());
+        for r in &mut runs {
+            r.turnaround_s = r.clients.and_then(|c| client_turnaround_s(&r.requests, c));
+        }
         models.push(TraceModel { label, family, config, runs });
     }
     let profile = dir.join("steps.jsonl");
@@ -670,7 +695,8 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
     // Requests in the order they were sent (a closed loop sends them in file order).
     let mut source = VecSource(run.sent.clone().into_iter());
     let mut finished = Finished::default();
-    let outcome = crate::sim::run(&cfg, &p, &mut source, run.clients, &mut finished)?;
+    let closed = run.clients.map(|clients| crate::sim::ClosedLoop { clients, turnaround_us: run.turnaround_s.unwrap_or(0.0) * 1e6 });
+    let outcome = crate::sim::run(&cfg, &p, &mut source, closed, &mut finished)?;
     let s = Summary::new(&outcome, &cfg, p.describe());
     // TTFT, TPOT and throughput from the simulated requests with the same quantile and
     // definitions as the measured side (`measured_metrics`); ITL from the simulator's histogram.

@@ -35,9 +35,12 @@ impl GraphPadding {
     }
 }
 
-/// Rounds `x` up to a multiple of `interval`, never above `cap` (but never below `x`).
+/// Rounds `x` up to a multiple of `interval`, never above `cap` (but never below `x`). Zero
+/// pads to one whole interval, as transformers' `pad_to_interval` does: a step of fresh
+/// prompts reads no cached KV yet its graph reads `kv_padding_interval_size` padded keys.
 pub fn pad_to(x: u64, interval: u64, cap: u64) -> u64 {
-    let padded = x.div_ceil(interval.max(1)) * interval.max(1);
+    let step = interval.max(1);
+    let padded = if x == 0 { step } else { x.div_ceil(step) * step };
     padded.min(cap).max(x)
 }
 
@@ -97,6 +100,9 @@ mod tests {
         assert_eq!(pad_to(64, 64, 8192), 64);
         assert_eq!(pad_to(65, 64, 8192), 128);
         assert_eq!(pad_to(4100, 16384, 98304), 16384);
+        // A step of fresh prompts reads no cached KV: transformers still pads it to one interval.
+        assert_eq!(pad_to(0, 16384, 98304), 16384);
+        assert_eq!(pad_to(0, 16384, 8192), 8192);
         // The cap bounds the padding, not the real size.
         assert_eq!(pad_to(97_000, 16384, 98304), 98304);
         assert_eq!(pad_to(99_000, 16384, 98304), 99_000);

@@ -158,13 +158,29 @@ impl Sim<'_> {
     }
 }
 
-/// Runs the whole workload. `concurrency`: closed loop with that many clients (arrival times
-/// in the workload are then ignored). Per-request records go to `obs` as requests end.
+/// A closed loop of clients: each sends its next request `turnaround_us` after its last one
+/// ends (the time a real client takes to read the answer and send again; an engine that is
+/// busy has started its next step by then, so the request waits for the one after).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClosedLoop {
+    pub clients: u32,
+    pub turnaround_us: f64,
+}
+
+impl ClosedLoop {
+    /// Clients that send again the instant their answer ends.
+    pub fn clients(clients: u32) -> ClosedLoop {
+        ClosedLoop { clients, turnaround_us: 0.0 }
+    }
+}
+
+/// Runs the whole workload. `closed`: a closed loop of clients (arrival times in the workload
+/// are then ignored). Per-request records go to `obs` as requests end.
 pub fn run(
     cfg: &SimConfig,
     model: &dyn StepTimeModel,
     source: &mut dyn RequestSource,
-    concurrency: Option<u32>,
+    closed: Option<ClosedLoop>,
     obs: &mut dyn SimObserver,
 ) -> Result<Outcome> {
     cfg.validate()?;
@@ -178,6 +194,12 @@ pub fn run(
         kv_frac_s: 0.0,
     };
     let mut router = Router::new(cfg.router, cfg.dp);
+    if let Some(c) = closed {
+        if !(c.turnaround_us >= 0.0 && c.turnaround_us.is_finite()) {
+            bail!("client turnaround must be a finite number of microseconds >= 0, got {}", c.turnaround_us);
+        }
+    }
+    let concurrency = closed.map(|c| c.clients);
     match concurrency {
         Some(c) => {
             for client in 0..c {
@@ -255,9 +277,9 @@ pub fn run(
             std::mem::swap(&mut finished, &mut sim.rec.finished);
             for r in finished.drain(..) {
                 obs.on_request(&r)?;
-                if concurrency.is_some() {
+                if let Some(c) = closed {
                     if let Some(spec) = source.next_request()? {
-                        sim.q.push(now_us, Event::Arrival { spec, client: r.client });
+                        sim.q.push(now_us + c.turnaround_us, Event::Arrival { spec, client: r.client });
                     }
                 }
             }

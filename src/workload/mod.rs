@@ -38,8 +38,9 @@ pub enum Arrival {
     /// Open loop: Gamma-distributed gaps with mean 1/rate and shape `burstiness` (as vLLM's
     /// benchmark: 1 = Poisson, < 1 burstier, > 1 more regular). An infinite rate sends all at 0.
     Rate { rate_per_s: f64, burstiness: f64 },
-    /// Closed loop: `concurrency` clients, each sending its next request when its last ends.
-    Closed { concurrency: u32 },
+    /// Closed loop: `concurrency` clients, each sending its next request `turnaround_s` after
+    /// its last one ends.
+    Closed { concurrency: u32, turnaround_s: f64 },
 }
 
 /// Prompt and output length distributions.
@@ -94,9 +95,12 @@ impl WorkloadSpec {
                     bail!("--burstiness must be a positive finite number (1 = Poisson), got {burstiness}");
                 }
             }
-            Arrival::Closed { concurrency } => {
+            Arrival::Closed { concurrency, turnaround_s } => {
                 if concurrency == 0 {
                     bail!("--concurrency must be at least 1");
+                }
+                if !(turnaround_s >= 0.0 && turnaround_s.is_finite()) {
+                    bail!("--client-turnaround-ms must be a finite number >= 0, got {}", turnaround_s * 1e3);
                 }
                 if matches!(self.sharing, Sharing::Sessions { .. }) {
                     bail!("multi-turn sessions (--turns) need open-loop arrivals (--rate), not --concurrency");
@@ -150,8 +154,13 @@ impl WorkloadSpec {
     }
 
     pub fn concurrency(&self) -> Option<u32> {
+        self.closed_loop().map(|c| c.clients)
+    }
+
+    /// The closed loop the simulator runs (None: open loop).
+    pub fn closed_loop(&self) -> Option<crate::sim::ClosedLoop> {
         match self.arrival {
-            Arrival::Closed { concurrency } => Some(concurrency),
+            Arrival::Closed { concurrency, turnaround_s } => Some(crate::sim::ClosedLoop { clients: concurrency, turnaround_us: turnaround_s * 1e6 }),
             Arrival::Rate { .. } => None,
         }
     }

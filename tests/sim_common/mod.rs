@@ -90,6 +90,6 @@ pub fn config(engine: EngineParams, num_gpu_blocks: u32) -> SimConfig {
 pub fn run(cfg: &SimConfig, reqs: Vec<RequestSpec>, concurrency: Option<u32>) -> (Outcome, Collect, Affine) {
     let model = Affine::default();
     let mut obs = Collect::default();
-    let o = sim::run(cfg, &model, &mut VecSource(reqs.into_iter()), concurrency, &mut obs).unwrap();
+    let o = sim::run(cfg, &model, &mut VecSource(reqs.into_iter()), concurrency.map(sim::ClosedLoop::clients), &mut obs).unwrap();
     (o, obs, model)
 }

@@ -47,7 +47,7 @@ pub fn simulate(point: &SimPoint, tier: Tier, host: Option<&HostOverhead>) -> Re
         sc.predictor.host = h.clone();
     }
     let mut source = sc.workload.build()?;
-    let out = sim::run(&sc.cfg, &sc.predictor, source.as_mut(), sc.workload.concurrency(), &mut NoObserver)?;
+    let out = sim::run(&sc.cfg, &sc.predictor, source.as_mut(), sc.workload.closed_loop(), &mut NoObserver)?;
     let r = &out.rec;
     if !r.rejected.is_empty() {
         bail!("{} of {} requests rejected ({:?})", r.rejected.values().sum::<u64>(), out.num_requests, r.rejected);
