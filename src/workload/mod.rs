@@ -153,10 +153,6 @@ impl WorkloadSpec {
         }
     }
 
-    pub fn concurrency(&self) -> Option<u32> {
-        self.closed_loop().map(|c| c.clients)
-    }
-
     /// The closed loop the simulator runs (None: open loop).
     pub fn closed_loop(&self) -> Option<crate::sim::ClosedLoop> {
         match self.arrival {
