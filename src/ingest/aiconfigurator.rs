@@ -212,8 +212,16 @@ enum Format {
     Skip,
 }
 
-fn quant_format(t: &Table, row: usize, col: usize) -> Result<Format> {
+/// Whether `Dtype::Fp4` on `ctx.gpu` means MXFP4 weights with 16-bit activations: on a GPU
+/// without fp4 tensor cores it does (bf16 math, `GpuSpec::effective_compute_dtype`); on one
+/// with them fp4 means fp4 math, which weight-only rows are not, so they are skipped there.
+fn fp4_is_weight_only(ctx: &FileContext) -> bool {
+    crate::hardware::load_gpu(&ctx.gpu).is_ok_and(|g| g.peak.fp4_tflops.is_none())
+}
+
+fn quant_format(t: &Table, row: usize, col: usize, fp4_weight_only: bool) -> Result<Format> {
     Ok(match t.str_at(row, col).as_ref() {
+        "w4a16_mxfp4" if fp4_weight_only => Format::Keep(Dtype::Fp4, "/w4a16_mxfp4"),
         "bfloat16" => Format::Keep(Dtype::Bf16, ""),
         "float16" => Format::Keep(Dtype::Fp16, ""),
         "fp8" => Format::Keep(Dtype::Fp8, ""),
@@ -268,8 +276,9 @@ fn push(out: &mut Imported, t: &Table, row: usize, ctx: &FileContext, k: Kernel,
 fn gemm(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
     t.check_columns("gemm_perf", &["gemm_dtype", "m", "n", "k", "latency"], &COMMON)?;
     let (dt, m, n, k, lat) = (t.col("gemm_dtype")?, t.col("m")?, t.col("n")?, t.col("k")?, t.col("latency")?);
+    let fp4_weight_only = fp4_is_weight_only(ctx);
     for i in 0..t.rows.len() {
-        let Format::Keep(dtype, suffix) = quant_format(t, i, dt)? else {
+        let Format::Keep(dtype, suffix) = quant_format(t, i, dt, fp4_weight_only)? else {
             skip(out, ctx, &format!("gemm_dtype {}", t.str_at(i, dt)));
             continue;
         };
@@ -363,16 +372,9 @@ fn moe(t: &Table, ctx: &FileContext, out: &mut Imported) -> Result<()> {
         c("distribution")?,
         c("latency")?,
     );
-    // MXFP4 weights with 16-bit activations are what `Dtype::Fp4` means on a GPU without fp4
-    // tensor cores (bf16 math, `GpuSpec::effective_compute_dtype`); on one with them fp4 means
-    // fp4 math, which these rows are not.
-    let weight_only_fp4 = crate::hardware::load_gpu(&ctx.gpu).is_ok_and(|g| g.peak.fp4_tflops.is_none());
+    let fp4_weight_only = fp4_is_weight_only(ctx);
     for i in 0..t.rows.len() {
-        let format = match t.str_at(i, dt).as_ref() {
-            "w4a16_mxfp4" if weight_only_fp4 => Format::Keep(Dtype::Fp4, "/w4a16_mxfp4"),
-            _ => quant_format(t, i, dt)?,
-        };
-        let Format::Keep(dtype, fmt_suffix) = format else {
+        let Format::Keep(dtype, fmt_suffix) = quant_format(t, i, dt, fp4_weight_only)? else {
             skip(out, ctx, &format!("moe_dtype {}", t.str_at(i, dt)));
             continue;
         };
