@@ -2,7 +2,7 @@
 //! affine step model (100 us + 2 us per new token + 0.01 us per cached token).
 mod sim_common;
 use kernelsight::perf::SeqWork;
-use kernelsight::sim::engine::Policy;
+use kernelsight::sim::engine::{BlockGrowth, EngineParams, Policy};
 use kernelsight::sim::router::RouterKind;
 use sim_common::*;
 
@@ -311,4 +311,57 @@ fn a_client_turnaround_makes_a_busy_engines_next_request_wait_a_step() {
         panic!("a negative turnaround must be rejected");
     };
     assert!(e.to_string().contains("turnaround"), "{e}");
+}
+
+/// transformers' engine (`Policy::DecodeFirst`) evicts the request that could not grow and
+/// sends it to the back of the queue, holding admissions until a request finishes; vLLM's
+/// (`Continuous`) preempts the newest running request and readmits it first. 4 blocks of 256
+/// tokens: requests 0 and 1 (300 + 300 tokens) fill them, both need a third block at 512
+/// tokens, request 1 is the victim either way; request 2 (300 + 50) arrived meanwhile.
+#[test]
+fn transformers_evicts_to_the_back_of_the_queue_and_vllm_readmits_first() {
+    let reqs = || vec![req(0, 0.0, 300, 300), req(1, 0.0, 300, 300), req(2, 0.0001, 300, 50)];
+    let finish = |obs: &Collect, id: u64| obs.records.iter().find(|r| r.id == id).unwrap().finish_s;
+    let hf = engine(Policy::DecodeFirst);
+    assert_eq!(hf.block_size, 256);
+    let (o, obs, _) = run(&config(hf.clone(), 4), reqs(), None);
+    assert_eq!(o.rec.completed, 3);
+    assert_eq!(o.rec.preemptions, 1);
+    assert_eq!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions, 1);
+    assert!(finish(&obs, 2) < finish(&obs, 1), "evicted request 1 rejoins behind request 2");
+    let vllm_like = EngineParams {
+        policy: Policy::Continuous,
+        admission_free_fraction: 0.0,
+        block_growth: BlockGrowth::Exact,
+        ..hf
+    };
+    let (o, obs, _) = run(&config(vllm_like, 4), reqs(), None);
+    assert_eq!(o.rec.completed, 3);
+    assert_eq!(obs.records.iter().find(|r| r.id == 1).unwrap().preemptions, 1);
+    assert!(finish(&obs, 1) < finish(&obs, 2), "preempted request 1 is readmitted first");
+}
+
+/// transformers' scheduler admits no prefill into a non-empty batch while fewer than 15 % of
+/// the blocks are free: of 25 one-block requests on 20 blocks the first step takes 18 (free
+/// 20 - 17 = 3 is not below 3; free 2 is), without the margin 20.
+#[test]
+fn the_admission_margin_keeps_free_blocks_back() {
+    let reqs: Vec<_> = (0..25).map(|i| req(i, 0.0, 10, 2)).collect();
+    let hf = engine(Policy::DecodeFirst);
+    let (_, _, m) = run(&config(hf.clone(), 20), reqs.clone(), None);
+    assert_eq!(m.batches.lock().unwrap()[0].len(), 18);
+    let (_, _, m) = run(&config(EngineParams { admission_free_fraction: 0.0, ..hf }, 20), reqs, None);
+    assert_eq!(m.batches.lock().unwrap()[0].len(), 20);
+}
+
+#[test]
+fn transformers_block_growth_takes_one_block_more_near_block_multiples() {
+    let g = BlockGrowth::HfPlusOne;
+    assert_eq!(g.blocks_to_add(0, 0, 512, 256), 3);
+    assert_eq!(g.blocks_to_add(0, 0, 511, 256), 3);
+    assert_eq!(g.blocks_to_add(0, 0, 500, 256), 2);
+    assert_eq!(g.blocks_to_add(3, 512, 1, 256), 0, "free slots left: nothing to add");
+    assert_eq!(g.blocks_to_add(2, 512, 1, 256), 1, "a full table takes one block for a decode token");
+    assert_eq!(BlockGrowth::Exact.blocks_to_add(0, 0, 512, 256), 2);
+    assert_eq!(BlockGrowth::Exact.blocks_to_add(2, 500, 20, 256), 1);
 }

@@ -16,6 +16,40 @@ pub enum Policy {
     PrefillFirst,
     /// Fixed batches formed when the engine is idle.
     Static,
+    /// transformers' continuous batching (`FIFOScheduler` with `cpu_offload_space = 0`): decoding
+    /// requests first, then those still prefilling, then waiting ones, prefill and decode mixed
+    /// in one step. A running request that cannot get a block this step is skipped ("starved");
+    /// after the step is formed the starved ones are evicted newest first until the rest fit
+    /// (never the last one running) and rejoin the waiting queue at the back, to recompute
+    /// prompt and generated tokens ("soft reset"); no waiting request is admitted again until
+    /// one finishes.
+    DecodeFirst,
+}
+
+/// How a request's block table grows to hold a step's `n` new tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BlockGrowth {
+    /// To exactly `ceil(tokens / block_size)` blocks (vLLM, SGLang).
+    #[default]
+    Exact,
+    /// transformers' `_allocate_blocks_if_needed`: when `n` exceeds the table's free slots
+    /// `free` (or it has no block), add `(n - free + 1) / block_size + 1` blocks, one more than
+    /// needed when `n - free` is within one token of a block multiple (a 512-token prompt takes
+    /// three 256-token blocks).
+    HfPlusOne,
+}
+
+impl BlockGrowth {
+    /// Blocks to add to a table of `have` blocks holding `computed` tokens for `n` more tokens.
+    pub fn blocks_to_add(self, have: u32, computed: u32, n: u32, block_size: u32) -> u32 {
+        let free = have * block_size - computed.min(have * block_size);
+        match self {
+            BlockGrowth::Exact => (computed + n).div_ceil(block_size).saturating_sub(have),
+            BlockGrowth::HfPlusOne if free < n || have == 0 => (n - free.min(n) + 1) / block_size + 1,
+            BlockGrowth::HfPlusOne => 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -59,6 +93,13 @@ pub struct EngineParams {
     /// (transformers' Llama-family layers) instead of the fused kernels vLLM-style engines run.
     #[serde(default)]
     pub separate_modules: bool,
+    /// Fraction of the KV blocks that must be free for a prefill (a new request or a chunked
+    /// prompt's next piece) to join a batch that already holds requests: transformers' FIFO
+    /// scheduler `safety_margin` (0.15). 0: no margin.
+    #[serde(default)]
+    pub admission_free_fraction: f64,
+    #[serde(default)]
+    pub block_growth: BlockGrowth,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.
@@ -139,6 +180,9 @@ impl EngineParams {
         self.op_backends()?;
         self.unfused_ops()?;
         self.op_launches()?;
+        if !(0.0..1.0).contains(&self.admission_free_fraction) {
+            bail!("'admission_free_fraction' must be in [0, 1), got {}", self.admission_free_fraction);
+        }
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             bail!("'gpu_memory_utilization' must be in (0, 1], got {}", self.gpu_memory_utilization);
         }

@@ -27,6 +27,11 @@ pub struct Replica {
     padding: Vec<u32>,
     hit_buf: Vec<BlockId>,
     spare_tables: Vec<Vec<BlockId>>,
+    /// `Policy::DecodeFirst`: running requests (index, blocks wanted) that could not grow in the
+    /// step being formed, in scheduling order.
+    starved: Vec<(usize, u32)>,
+    /// `Policy::DecodeFirst`: an eviction holds admissions until a request finishes.
+    hold_admission: bool,
 }
 
 #[inline]
@@ -51,6 +56,8 @@ impl Replica {
             padding: Vec::new(),
             hit_buf: Vec::new(),
             spare_tables: Vec::new(),
+            starved: Vec::new(),
+            hold_admission: false,
         }
     }
 
@@ -68,23 +75,29 @@ impl Replica {
         self.spare_tables.pop().unwrap_or_default()
     }
 
+    /// Blocks request `i` must add to hold `n` more tokens.
+    fn blocks_wanted(&self, i: usize, n: u32) -> u32 {
+        let r = &self.running[i];
+        self.params.block_growth.blocks_to_add(r.blocks.len() as u32, r.computed, n, self.params.block_size)
+    }
+
     /// Grows request `i`'s block table to hold `n` more tokens. False when blocks run out.
     fn grow(&mut self, i: usize, n: u32) -> bool {
-        let bs = self.params.block_size;
-        let r = &self.running[i];
-        let want = div_ceil(r.computed + n, bs) as usize;
-        let have = r.blocks.len();
-        if want <= have {
-            return true;
-        }
-        if (self.pool.num_free() as usize) < want - have {
+        let add = self.blocks_wanted(i, n);
+        if self.pool.num_free() < add {
             return false;
         }
-        for _ in have..want {
+        for _ in 0..add {
             let b = self.pool.alloc().expect("counted free blocks");
             self.running[i].blocks.push(b);
         }
         true
+    }
+
+    /// Whether free blocks are below the admission margin while the batch already holds work:
+    /// then no prefill joins it (`EngineParams::admission_free_fraction`).
+    fn below_admission_margin(&self) -> bool {
+        !self.work.is_empty() && (self.pool.num_free() as f64) < self.params.admission_free_fraction * self.pool.num_blocks() as f64
     }
 
     /// Frees a request's blocks, last block first so a sequence's tail is evicted first; the
@@ -116,9 +129,11 @@ impl Replica {
     }
 
     /// Schedules running requests (those `pick` accepts) in order under `budget`, preempting
-    /// from the back when blocks run out. Returns (budget left, whether blocks ran out: someone
-    /// was preempted or must wait).
+    /// from the back when blocks run out (`Policy::DecodeFirst`: skipping the request, listed in
+    /// `starved`, and stopping at a prefill below the admission margin). Returns (budget left,
+    /// whether blocks ran out: someone was preempted or must wait).
     fn schedule_running(&mut self, mut budget: u32, tag: u32, pick: fn(&Req) -> bool, rec: &mut Recorder) -> (u32, bool) {
+        let starve = self.params.policy == Policy::DecodeFirst;
         let mut preempted = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -127,8 +142,17 @@ impl Replica {
                 i += 1;
                 continue;
             }
+            if starve && r.in_prefill() && self.below_admission_margin() {
+                break;
+            }
             let n = (r.num_tokens() - r.computed).min(budget);
             let mut fits = self.grow(i, n);
+            if !fits && starve {
+                self.starved.push((i, self.blocks_wanted(i, n)));
+                preempted = true;
+                i += 1;
+                continue;
+            }
             while !fits {
                 // The lowest-priority request is the most recently admitted one not in flight.
                 let Some(j) = self.running.iter().rposition(|x| x.sched_new == 0) else { break };
@@ -156,11 +180,18 @@ impl Replica {
         (budget, preempted)
     }
 
-    /// Admits waiting requests FCFS while budget, sequence slots and blocks allow.
+    /// Admits waiting requests FCFS while budget, sequence slots and blocks allow (stopping at
+    /// the admission margin; `Policy::DecodeFirst` passes over a request whose blocks do not fit
+    /// to the next one while any block is free, as transformers' scheduler does).
     fn admit_waiting(&mut self, mut budget: u32, tag: u32, rec: &mut Recorder, now_us: f64) -> u32 {
         let bs = self.params.block_size;
+        let skip_unfit = self.params.policy == Policy::DecodeFirst;
+        let mut k = 0;
         while budget > 0 && self.running.len() < self.params.max_num_seqs as usize {
-            let Some(front) = self.waiting.front() else { break };
+            if self.below_admission_margin() {
+                break;
+            }
+            let Some(front) = self.waiting.get(k) else { break };
             let num_tokens = front.num_tokens();
             // Prefix-cache hits: full blocks only, never the whole sequence (at least one token
             // is computed so the step yields logits).
@@ -189,17 +220,21 @@ impl Replica {
             // vLLM allocates for this step's tokens only. SGLang admits a request only if its
             // whole prompt fits (so a chunked prefill never stalls half-way and starves decode);
             // static batching reserves prompt + output up front.
-            let reserve_to = match self.params.policy {
-                Policy::Continuous => hit_tokens + n,
-                Policy::PrefillFirst => num_tokens,
-                Policy::Static => front.prompt + front.output,
-            };
-            let need = div_ceil(reserve_to, bs) as usize - self.hit_buf.len();
+            let hits = self.hit_buf.len() as u32;
+            let need = match self.params.policy {
+                Policy::Continuous | Policy::DecodeFirst => self.params.block_growth.blocks_to_add(hits, hit_tokens, n, bs),
+                Policy::PrefillFirst => div_ceil(num_tokens, bs) - hits,
+                Policy::Static => div_ceil(front.prompt + front.output, bs) - hits,
+            } as usize;
             let hits_free = self.hit_buf.iter().filter(|&&b| self.pool.is_free(b)).count();
             if (self.pool.num_free() as usize) < need + hits_free {
+                if skip_unfit && self.pool.num_free() > 0 {
+                    k += 1;
+                    continue;
+                }
                 break;
             }
-            let mut r = self.waiting.pop_front().expect("front exists");
+            let mut r = self.waiting.remove(k).expect("candidate exists");
             for &b in &self.hit_buf {
                 self.pool.touch(b);
                 r.blocks.push(b);
@@ -223,6 +258,35 @@ impl Replica {
         budget
     }
 
+    /// Evicts starved requests newest first until the others' blocks fit, never the last one
+    /// running (transformers' `OffloadingManager.offload_requests` with no CPU pool): each
+    /// rejoins the waiting queue at the back to recompute, and admissions wait until a request
+    /// finishes. Returns how many were evicted.
+    fn evict_starved(&mut self, rec: &mut Recorder) -> usize {
+        let mut free = self.pool.num_free() as u64;
+        let mut demand: u64 = self.starved.iter().map(|&(_, b)| b as u64).sum();
+        let mut victims: Vec<usize> = Vec::new();
+        while demand > free && self.running.len() - victims.len() > 1 {
+            let Some((j, wanted)) = self.starved.pop() else { break };
+            victims.push(j);
+            demand -= wanted as u64;
+            free += self.running[j].blocks.len() as u64;
+        }
+        victims.sort_unstable_by(|a, b| b.cmp(a));
+        for &j in &victims {
+            let mut r = self.running.remove(j);
+            self.free_blocks(&mut r);
+            r.computed = 0;
+            r.preemptions += 1;
+            rec.preemptions += 1;
+            self.waiting.push_back(r);
+        }
+        if !victims.is_empty() {
+            self.hold_admission = true;
+        }
+        victims.len()
+    }
+
     /// Forms the next batch into `self.work`; returns its tag, or None if nothing can run.
     pub fn schedule(&mut self, rec: &mut Recorder, now_us: f64) -> Option<u32> {
         self.work.clear();
@@ -236,6 +300,18 @@ impl Replica {
                     self.admit_waiting(left, tag, rec, now_us);
                 }
             }
+            Policy::DecodeFirst => loop {
+                self.starved.clear();
+                let (left, _) = self.schedule_running(budget, tag, |r| !r.in_prefill(), rec);
+                let (left, _) = self.schedule_running(left, tag, Req::in_prefill, rec);
+                if !self.hold_admission {
+                    self.admit_waiting(left, tag, rec, now_us);
+                }
+                // Nothing could run: evict and form the step again (transformers' offload loop).
+                if self.starved.is_empty() || self.evict_starved(rec) == 0 || !self.work.is_empty() {
+                    break;
+                }
+            },
             Policy::PrefillFirst => {
                 let (left, _) = self.schedule_running(budget, tag, Req::in_prefill, rec);
                 self.admit_waiting(left, tag, rec, now_us);
@@ -342,6 +418,7 @@ impl Replica {
             }
         }
         if any_done {
+            self.hold_admission = false;
             // One pass that keeps admission order (preemption priority).
             self.running.retain(|r| r.generated < r.output);
         }

@@ -70,6 +70,7 @@ pub fn engine(policy: Policy) -> EngineParams {
         Policy::Continuous => "vllm",
         Policy::PrefillFirst => "sglang",
         Policy::Static => "static",
+        Policy::DecodeFirst => "hf",
     };
     EngineParams::load(name).unwrap()
 }
