@@ -277,6 +277,33 @@ def cb_configs(cfg, rows, run, engine):
     return cbc, gen, settings
 
 
+# Per request id: soft resets and the first start time (see keep_history_across_soft_resets).
+SOFT_RESETS = {}
+FIRST_START = {}
+
+
+def keep_history_across_soft_resets():
+    """When the KV cache runs out, transformers evicts a request by a soft reset
+    (`OffloadingManager.offload_requests` with no CPU pool): its state is replaced by one whose prompt
+    holds the tokens generated so far, with a new creation time and no token timestamps. Keep the
+    request's arrival time and earlier timestamps on the new state, and count the resets."""
+    from transformers.generation.continuous_batching.requests import RequestState
+    orig = RequestState.create_equivalent_initial_request
+    if getattr(orig, "kernelsight_patched", False):
+        return
+
+    def patched(self):
+        new = orig(self)
+        new.created_time = self.created_time
+        new._timestamps = list(self._timestamps)
+        SOFT_RESETS[self.request_id] = SOFT_RESETS.get(self.request_id, 0) + 1
+        FIRST_START.setdefault(self.request_id, self.lifespan[0])
+        return new
+
+    patched.kernelsight_patched = True
+    RequestState.create_equivalent_initial_request = patched
+
+
 def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True):
     """Replay one workload through the manager API. Returns the run record."""
     import torch
@@ -303,6 +330,19 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         manager.warmup()  # creates the cache and batch processor; captures CUDA graphs if enabled
         rec["warmup_s"] = r6(time.perf_counter() - t_w)
         bp = manager.batch_processor
+        keep_history_across_soft_resets()
+        SOFT_RESETS.clear()
+        FIRST_START.clear()
+        evictions = []  # [t_s, requests evicted] per offload call that evicted any
+        orig_offload = bp.offloading_manager.offload_requests
+
+        def offload():
+            n = orig_offload()
+            if n:
+                evictions.append([r6(time.perf_counter() - t0_box[0]), int(n)])
+            return n
+
+        bp.offloading_manager.offload_requests = offload
 
         # Per-step log: when each batch was scheduled, its composition, and when its update ended.
         orig_sched, orig_update = bp.scheduler.schedule_batch, bp.update_batch
@@ -378,8 +418,9 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
                 q.update(status="missing", error="no result before the run's timeout")
             else:
                 ts = [t - t0 for t in (r.timestamps or [])]
+                start = FIRST_START.get(rid, r.lifespan[0])
                 q.update(status=r.status.name.lower(), error=r.error, arrival_s=r6(r.created_time - t0),
-                         scheduled_s=r6(r.lifespan[0] - t0) if r.lifespan[0] > 0 else None,
+                         scheduled_s=r6(start - t0) if start > 0 else None, soft_resets=SOFT_RESETS.get(rid, 0),
                          first_token_s=r6(ts[0]) if ts else None, token_s=[r6(t) for t in ts],
                          finish_s=r6(r.lifespan[1] - t0) if r.lifespan[1] > 0 else None,
                          output_tokens=len(r.generated_tokens), prompt_tokens_seen=len(r.prompt_ids))
@@ -387,6 +428,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
                     n_ok += 1
             if record:
                 append_jsonl(os.path.join(out, "requests.jsonl"), q)
+        rec["evictions"] = evictions
         rec.update(status="ok" if n_ok == len(rows) else ("partial" if n_ok else "failed"), requests_ok=n_ok,
                    duration_s=r6(t_end - t0), steps_columns=["t_sched_s", "num_requests", "num_decode_requests",
                                                              "num_q_tokens", "max_kv_read", "t_update_done_s"],
