@@ -157,12 +157,12 @@ fn closed_loop_runs_replay_as_closed_loops_and_keep_the_cohort_effect() {
     };
     assert!(later_ttft_ms(fixed) > 1.5 * later_ttft_ms(varied), "{} vs {}", later_ttft_ms(fixed), later_ttft_ms(varied));
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
-    let ttft = |r| kernelsight::e2e::traces::replay(m, r, Tier::Roofline, &host).unwrap().0["ttft_p50"];
+    let ttft = |r| kernelsight::e2e::traces::replay(m, r, Tier::Roofline, &host).unwrap().metrics["ttft_p50"];
     assert!(ttft(fixed) > 1.5 * ttft(varied), "simulated: {} vs {}", ttft(fixed), ttft(varied));
     // With the calibrated kernels, the fixed-length run's TTFT is its repeated 8 x 512 prefill
     // step, measured at 147-149 ms: a fresh prompt's graph reads a whole padded KV interval
     // (priced without it, the step was 72 ms).
-    let target = kernelsight::e2e::traces::replay(m, fixed, Tier::Target, &host).unwrap().0["ttft_p50"];
+    let target = kernelsight::e2e::traces::replay(m, fixed, Tier::Target, &host).unwrap().metrics["ttft_p50"];
     let measured = quantile_ms(fixed);
     assert!((target / measured - 1.0).abs() < 0.15, "predicted {target} ms vs measured {measured} ms");
 }
@@ -172,4 +172,23 @@ fn quantile_ms(r: &kernelsight::e2e::traces::TraceRun) -> f64 {
     let mut v: Vec<f64> = r.requests.iter().map(|x| (x.first_token_s - x.arrival_s) * 1e3).collect();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+#[test]
+fn kv_pressure_runs_evict_as_many_requests_as_the_engine_did() {
+    // 32 requests of 300 + 500 tokens at t=0 on 48 blocks of 256 tokens: transformers evicted
+    // (soft reset) 11 of them. With equal lengths arriving together the evictions follow from
+    // the scheduling policy alone, whatever the step times: vLLM's policy (preempt the newest
+    // running request, readmit it first, no admission margin, exact block growth) makes 15.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure10");
+    let models = load_dir(&dir).unwrap();
+    let m = models.iter().find(|m| m.label == "llama-3.2-3b").unwrap();
+    let fixed = m.runs.iter().find(|r| r.key.contains("kvp_i300_o500_n32_fixed")).unwrap();
+    assert_eq!(fixed.blocks_per_group, 48);
+    assert_eq!(kernelsight::e2e::traces::measured_evictions(fixed), Some(11));
+    // Every evicted request kept its arrival and all its token times.
+    assert!(fixed.requests.iter().all(|r| r.token_s.len() == 500 && r.arrival_s < 1e-3));
+    let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
+    let replayed = kernelsight::e2e::traces::replay(m, fixed, Tier::Roofline, &host).unwrap();
+    assert_eq!(replayed.preemptions, 11);
 }

@@ -43,6 +43,9 @@ pub struct TraceRequest {
     pub output_tokens: u32,
     pub prefix_group: Option<u64>,
     pub prefix_tokens: u32,
+    /// Times the engine evicted the request's KV and recomputed it (transformers' soft reset);
+    /// None in traces recorded before the harness counted them.
+    pub soft_resets: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -169,6 +172,7 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
         output_tokens,
         prefix_group: v.get("prefix_group").and_then(Value::as_u64),
         prefix_tokens: v.get("prefix_tokens").and_then(Value::as_u64).unwrap_or(0) as u32,
+        soft_resets: v.get("soft_resets").and_then(Value::as_u64).map(|n| n as u32),
     })
 }
 
@@ -678,8 +682,22 @@ impl RequestSource for VecSource {
     }
 }
 
+/// Evictions the engine made in a run (soft resets summed over its requests), where recorded.
+pub fn measured_evictions(run: &TraceRun) -> Option<u64> {
+    run.requests.iter().map(|r| r.soft_resets.map(u64::from)).sum()
+}
+
+/// A run as the simulator replayed it.
+pub struct Replayed {
+    pub metrics: BTreeMap<&'static str, f64>,
+    /// The step-time model, described.
+    pub describe: String,
+    /// Requests preempted (evicted and recomputed) in the simulation.
+    pub preemptions: u64,
+}
+
 /// Replays one run with the `hf` engine and returns the predicted metrics.
-pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<(BTreeMap<&'static str, f64>, String)> {
+pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<Replayed> {
     let p = predictor_for(&model.config, run, tier, host.clone())?;
     let engine = engine_for(run)?;
     let cfg = SimConfig {
@@ -714,7 +732,7 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
         ("itl_p90", s.itl_ms.p90),
         ("throughput", tokens as f64 / end_s),
     ]);
-    Ok((metrics, p.describe()))
+    Ok(Replayed { metrics, describe: p.describe(), preemptions: outcome.rec.preemptions })
 }
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
@@ -747,6 +765,8 @@ pub struct RunResult {
     pub measured: BTreeMap<&'static str, f64>,
     pub predicted: BTreeMap<&'static str, f64>,
     pub ape: BTreeMap<&'static str, f64>,
+    /// (measured, simulated) evictions, for runs whose trace records them.
+    pub evictions: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -784,10 +804,11 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = if run.graphs.is_some() { &host_cg } else { &host };
                 let h = h.as_ref().expect("a host model for every mode with runs");
-                let (predicted, describe) = replay(m, run, tier, h)?;
+                let Replayed { metrics: predicted, describe, preemptions } = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
                 let measured = measured_metrics(run);
                 let apes = METRICS.iter().map(|&k| (k, ape(predicted[k], measured[k]))).collect();
+                let evictions = measured_evictions(run).map(|n| (n, preemptions));
                 report.runs.push(RunResult {
                     model: m.label.clone(),
                     run: run.key.clone(),
@@ -796,6 +817,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
                     measured,
                     predicted,
                     ape: apes,
+                    evictions,
                 });
             }
         }
@@ -839,6 +861,14 @@ impl TracesReport {
                 "    [{}] {} {}: TPOT p50 measured {:.1} ms predicted {:.1} ms; TTFT p50 {:.0} vs {:.0} ms\n",
                 r.tier, r.model, r.run, r.measured["tpot_p50"], r.predicted["tpot_p50"], r.measured["ttft_p50"], r.predicted["ttft_p50"]
             );
+        }
+        let pressured: Vec<&RunResult> = self.runs.iter().filter(|r| r.evictions.is_some_and(|(m, p)| m + p > 0)).collect();
+        if !pressured.is_empty() {
+            s += "\n  runs that ran out of KV blocks: evictions (recomputed requests) measured vs simulated:\n";
+            for r in pressured {
+                let (m, p) = r.evictions.expect("filtered");
+                s += &format!("    [{}] {} {}: {m} vs {p}\n", r.tier, r.model, r.run);
+            }
         }
         for (run, why) in &self.excluded {
             s += &format!("  excluded {run}: {why}\n");
