@@ -91,8 +91,9 @@ fn replay_reports_every_metric_for_both_splits() {
     let tp2 = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm_tp2");
     let report = validate(&[Path::new(DIR), Path::new(tp2)], &[Tier::Roofline]).unwrap();
     let host = &report.host_fits["roofline"];
-    // The engine is host-bound: tens of milliseconds per step, measured in the traces.
-    assert!(host.per_step_us + host.launch_per_layer_us * 32.0 > 10_000.0, "{host:?}");
+    // The engine is host-bound: tens of milliseconds per step, measured in the traces, most of
+    // it the cuDNN plan each new packed-SDPA shape builds (~46 ms in the eager profile).
+    assert!(host.sdpa_plan_us > 10_000.0 && host.per_step_us + host.sdpa_plan_us > 20_000.0, "{host:?}");
     for split in ["calibration", "held-out", "held-out-tp"] {
         let m = &report.summary["roofline"][split];
         assert!(m["tpot_p50"].count > 0 && m["tpot_p50"].median_ape.is_finite(), "{split}");

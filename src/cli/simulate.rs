@@ -226,6 +226,8 @@ pub fn describe_workload(w: &WorkloadSpec) -> String {
         },
     };
     let arr = match w.arrival {
+        // An open-loop replay sends each request at its recorded arrival time.
+        Arrival::Rate { .. } if w.trace.is_some() => "at the file's arrival times".to_string(),
         Arrival::Rate { rate_per_s, .. } if rate_per_s.is_infinite() => "all at t=0".to_string(),
         Arrival::Rate { rate_per_s, burstiness: 1.0 } => format!("Poisson {rate_per_s} req/s"),
         Arrival::Rate { rate_per_s, burstiness } => format!("Gamma {rate_per_s} req/s, burstiness {burstiness}"),

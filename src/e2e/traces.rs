@@ -463,17 +463,22 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
         ..HostOverhead::zero()
     });
     let keep = keep.unwrap_or_else(HostOverhead::zero);
-    let mut rows: Vec<([f64; 3], f64)> = Vec::new();
+    let mut rows: Vec<([f64; 4], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_none()) {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
-            for s in run.steps.iter().filter(|s| s.num_decode == s.num_requests && s.num_requests > 0) {
-                let measured_us = (s.end_s - s.start_s) * 1e6;
+            // Every step in run order, so that each attention shape counts as new once.
+            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
                 let batch = logged_step_batch(s);
+                let new_plan = p.register_sdpa_plan(&batch);
+                if s.num_decode != s.num_requests {
+                    continue;
+                }
+                let measured_us = (s.end_s - s.start_s) * 1e6;
                 let gpu_us = p.step_time(&batch).total_us;
                 if gpu_us < 0.5 * measured_us {
                     let rest_us = measured_us - keep.step_us(0.0, &p.step_load(&batch, 0));
-                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64], rest_us));
+                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64, f64::from(u8::from(new_plan))], rest_us));
                 }
             }
         }
@@ -486,6 +491,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
         launch_per_kernel_us: coef[0],
         per_step_us: coef[1],
         per_seq_us: coef[2],
+        sdpa_plan_us: coef[3],
         source: format!(
             "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {}){}",
             rows.len(),

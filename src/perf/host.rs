@@ -52,6 +52,13 @@ pub struct HostOverhead {
     /// shape no larger than one captured before in the run pays nothing here.
     #[serde(default)]
     pub graph_capture_per_m_activations_us: f64,
+    /// Eager engines running cuDNN's SDPA over packed, unpadded batches (transformers'
+    /// `paged|sdpa` without CUDA graphs): cuDNN builds an execution plan, on the host, for each
+    /// (query, key) shape it has not run before, and a decode batch's key count grows every
+    /// step. Charged per new shape (`Predictor::register_sdpa_plan`); under CUDA graphs the
+    /// shapes are padded and the build is part of a capture.
+    #[serde(default)]
+    pub sdpa_plan_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -101,6 +108,7 @@ impl Default for HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
+            sdpa_plan_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
@@ -122,6 +130,7 @@ impl HostOverhead {
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
+            sdpa_plan_us: 0.0,
             source: "none".into(),
         }
     }
@@ -166,6 +175,9 @@ impl HostOverhead {
         if self.launch_per_kernel_us > 0.0 {
             line += &format!(", eager launches {:.1} us/kernel", self.launch_per_kernel_us);
         }
+        if self.sdpa_plan_us > 0.0 {
+            line += &format!(", cuDNN SDPA plan {:.0} us per new shape", self.sdpa_plan_us);
+        }
         if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
             line += &format!(
                 ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations",
@@ -202,6 +214,7 @@ impl HostOverhead {
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
             ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
+            ("sdpa_plan_us", self.sdpa_plan_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");

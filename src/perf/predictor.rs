@@ -10,7 +10,7 @@ use crate::hardware::GpuSpec;
 use crate::kernels::graph::{attention_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, split_modules, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The kernel-time model for `tier` on `gpu` (calibrated where `calibration/` has fitted
@@ -65,6 +65,9 @@ pub struct Predictor {
     /// runs per group) and its sliding window.
     cache_groups: [u64; 3],
     sliding_window: u64,
+    /// Eager packed-SDPA engines: the (query, key) shapes cuDNN has built a plan for so far
+    /// (None: the engine pads shapes into CUDA graphs, or runs no cuDNN SDPA).
+    sdpa_plans: Option<Mutex<HashSet<(u64, u64)>>>,
 }
 
 impl Predictor {
@@ -90,6 +93,7 @@ impl Predictor {
             launches_per_op: Default::default(),
             separate_modules: false,
             experts_padded: false,
+            sdpa_plans: None,
             cache_groups: model.kv_cache_groups_by_kind(),
             sliding_window: model.max_sliding_window(),
         }
@@ -132,6 +136,10 @@ impl Predictor {
         p.launches_per_op.extend(measured);
         p.separate_modules = engine.separate_modules;
         p.experts_padded = experts_padded;
+        // Sink models run transformers' eager math attention instead of SDPA.
+        if engine.cuda_graphs.is_none() && engine.attention_impl == AttentionImpl::PackedSdpa && !model.attention_sinks {
+            p = p.with_sdpa_plans();
+        }
         if let Some(pad) = engine.cuda_graphs {
             p = p.with_cuda_graphs(pad, engine.max_num_batched_tokens as u64, kv_cap_tokens);
         }
@@ -144,6 +152,13 @@ impl Predictor {
     /// predictor stateful.
     pub fn with_cuda_graphs(mut self, padding: GraphPadding, max_q_tokens: u64, kv_cap_tokens: u64) -> Self {
         self.graphs = Some(CudaGraphs::new(padding, max_q_tokens, kv_cap_tokens));
+        self
+    }
+
+    /// Charges `HostOverhead::sdpa_plan_us` the first time a packed attention shape runs (an
+    /// eager engine on cuDNN's SDPA). Makes the predictor stateful.
+    pub fn with_sdpa_plans(mut self) -> Self {
+        self.sdpa_plans = Some(Mutex::new(HashSet::new()));
         self
     }
 
@@ -296,6 +311,16 @@ impl Predictor {
         }
     }
 
+    /// Whether the step's packed attention shape is new to cuDNN, so that its plan is built now
+    /// (`HostOverhead::sdpa_plan_us`); registers it. Always false for engines without
+    /// `sdpa_plans`. Call once per step, in run order.
+    pub fn register_sdpa_plan(&self, seqs: &[SeqWork]) -> bool {
+        let Some(plans) = &self.sdpa_plans else { return false };
+        let (q, groups) = packed_lengths(&self.model, seqs, None);
+        let kv = groups.first().map_or(0, |g| g.2);
+        plans.lock().expect("plan set poisoned").insert((q, kv))
+    }
+
     /// The step's cost and, if it captured a new CUDA graph, what the capture involved (always
     /// None without graphs).
     pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, Option<CaptureLoad>) {
@@ -305,6 +330,9 @@ impl Predictor {
         let gpu_us = cost.total_us;
         let wall_us = self.host.step_us(gpu_us, &self.step_load(seqs, launches));
         cost.add_class("host", wall_us - gpu_us);
+        if self.register_sdpa_plan(seqs) {
+            cost.add_class("host", self.host.sdpa_plan_us);
+        }
         let capture = self.graphs.as_ref().and_then(|g| g.capture(self.graph_key(g, seqs), padded)).map(|growth| self.capture_load(growth, launches));
         if let Some(c) = &capture {
             cost.add_class("host", self.host.capture_extra_us(gpu_us, c));
@@ -447,6 +475,21 @@ mod tests {
         let eager = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
         let unpadded = eager.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
         assert_eq!(unpadded.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap().instance.kernel.num_tokens, 1);
+    }
+
+    #[test]
+    fn eager_sdpa_engine_pays_a_cudnn_plan_once_per_attention_shape() {
+        let (m, g) = llama();
+        let host = HostOverhead { sdpa_plan_us: 40_000.0, ..HostOverhead::zero() };
+        let base = || Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap().with_host_overhead(host.clone()).with_attention_impl(AttentionImpl::PackedSdpa);
+        let p = base().with_sdpa_plans();
+        let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
+        assert_eq!(p.step_time(&step(8, 500)).host_us, 40_000.0);
+        assert_eq!(p.step_time(&step(8, 500)).host_us, 0.0, "the same shape reuses its plan");
+        // A decode step later reads one more key per sequence: a new shape.
+        assert_eq!(p.step_time(&step(8, 501)).host_us, 40_000.0);
+        // Without plans (CUDA graphs, other attention): nothing charged.
+        assert_eq!(base().step_time(&step(8, 500)).host_us, 0.0);
     }
 
     #[test]
