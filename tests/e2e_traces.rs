@@ -121,6 +121,25 @@ fn a_token_before_arrival_is_rejected_with_its_line() {
 }
 
 #[test]
+fn a_malformed_eviction_count_is_rejected_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure10/llama-3.2-3b");
+    let dst = dir.path().join("llama-3.2-3b");
+    std::fs::create_dir(&dst).unwrap();
+    for f in ["config.json", "runs.jsonl", "model.json"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("requests.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let mut v: serde_json::Value = serde_json::from_str(&lines[4]).unwrap();
+    v["soft_resets"] = serde_json::json!(-1);
+    lines[4] = v.to_string();
+    std::fs::write(dst.join("requests.jsonl"), lines.join("\n")).unwrap();
+    let err = format!("{:#}", load_dir(dir.path()).unwrap_err());
+    assert!(err.contains("line 5") && err.contains("soft_resets"), "{err}");
+}
+
+#[test]
 fn eager_host_fit_keeps_the_probes_bookkeeping_terms() {
     // The engine's block bookkeeping is the same Python with or without CUDA graphs: the eager
     // fit takes the probe-measured terms as given and fits launches and step terms on the rest.

@@ -172,7 +172,10 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
         output_tokens,
         prefix_group: v.get("prefix_group").and_then(Value::as_u64),
         prefix_tokens: v.get("prefix_tokens").and_then(Value::as_u64).unwrap_or(0) as u32,
-        soft_resets: v.get("soft_resets").and_then(Value::as_u64).map(|n| n as u32),
+        soft_resets: match v.get("soft_resets") {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(x.as_u64().filter(|&n| n <= u32::MAX as u64).ok_or_else(|| anyhow!("{origin}: field 'soft_resets' must be a count of evictions, got {x}"))? as u32),
+        },
     })
 }
 

@@ -42,12 +42,18 @@ pub enum BlockGrowth {
 
 impl BlockGrowth {
     /// Blocks to add to a table of `have` blocks holding `computed` tokens for `n` more tokens.
+    #[inline]
     pub fn blocks_to_add(self, have: u32, computed: u32, n: u32, block_size: u32) -> u32 {
-        let free = have * block_size - computed.min(have * block_size);
         match self {
             BlockGrowth::Exact => (computed + n).div_ceil(block_size).saturating_sub(have),
-            BlockGrowth::HfPlusOne if free < n || have == 0 => (n - free.min(n) + 1) / block_size + 1,
-            BlockGrowth::HfPlusOne => 0,
+            BlockGrowth::HfPlusOne => {
+                let free = (have * block_size).saturating_sub(computed);
+                if free < n || have == 0 {
+                    (n - free.min(n) + 1) / block_size + 1
+                } else {
+                    0
+                }
+            }
         }
     }
 }
