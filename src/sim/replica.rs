@@ -111,13 +111,19 @@ impl Replica {
         r.registered = 0;
     }
 
-    /// Preempts running request `j` by recompute: blocks freed, back to the front of waiting.
-    fn preempt(&mut self, j: usize, rec: &mut Recorder) {
+    /// Takes running request `j` out to be recomputed: blocks freed, progress reset, counted.
+    fn take_for_recompute(&mut self, j: usize, rec: &mut Recorder) -> Req {
         let mut r = self.running.remove(j);
         self.free_blocks(&mut r);
         r.computed = 0;
         r.preemptions += 1;
         rec.preemptions += 1;
+        r
+    }
+
+    /// Preempts running request `j` by recompute: back to the front of waiting.
+    fn preempt(&mut self, j: usize, rec: &mut Recorder) {
+        let r = self.take_for_recompute(j, rec);
         self.waiting.push_front(r);
     }
 
@@ -274,11 +280,7 @@ impl Replica {
         }
         victims.sort_unstable_by(|a, b| b.cmp(a));
         for &j in &victims {
-            let mut r = self.running.remove(j);
-            self.free_blocks(&mut r);
-            r.computed = 0;
-            r.preemptions += 1;
-            rec.preemptions += 1;
+            let r = self.take_for_recompute(j, rec);
             self.waiting.push_back(r);
         }
         if !victims.is_empty() {
