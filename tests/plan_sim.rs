@@ -66,6 +66,7 @@ fn prefix_caching_off_without_sharing_gives_the_same_run() {
     let cfg = kernelsight::sim::SimConfig {
         num_gpu_blocks: (plan.kv_capacity_tokens / on_engine.block_size as u64) as u32,
         engine: on_engine,
+        kv_layout: Default::default(),
         max_model_len: m.max_context as u32,
         dp: 1,
         pp: 1,

@@ -3,6 +3,7 @@
 mod sim_common;
 use kernelsight::perf::SeqWork;
 use kernelsight::sim::engine::{BlockGrowth, EngineParams, Policy};
+use kernelsight::sim::kv::KvLayout;
 use kernelsight::sim::router::RouterKind;
 use sim_common::*;
 
@@ -364,4 +365,35 @@ fn transformers_block_growth_takes_one_block_more_near_block_multiples() {
     assert_eq!(g.blocks_to_add(2, 512, 1, 256), 1, "a full table takes one block for a decode token");
     assert_eq!(BlockGrowth::Exact.blocks_to_add(0, 0, 512, 256), 2);
     assert_eq!(BlockGrowth::Exact.blocks_to_add(2, 500, 20, 256), 1);
+}
+
+/// Sliding-window hybrids (vLLM's hybrid allocator, transformers' paged cache): every KV group
+/// draws pages from one pool, a sliding group at most its window's worth per request. Two
+/// 2,000-token requests (8 blocks of 256) on 60 pages: with 1 full and 5 sliding groups capped
+/// at 4 blocks each takes 8 + 20 = 28 pages and both run at once; were all 6 groups full, each
+/// would take 48 and the second would wait for the first.
+#[test]
+fn sliding_window_groups_hold_only_their_window() {
+    let reqs = || vec![req(0, 0.0, 1800, 200), req(1, 0.0, 1800, 200)];
+    let mut cfg = config(engine(Policy::DecodeFirst), 60);
+    cfg.kv_layout = KvLayout { full_groups: 1, sliding_groups: 5, sliding_cap_blocks: 4 };
+    let (o, obs, _) = run(&cfg, reqs(), None);
+    assert_eq!(o.rec.completed, 2);
+    assert!(obs.records.iter().all(|r| r.queue_ms == 0.0), "both admitted at once");
+    cfg.kv_layout = KvLayout { full_groups: 6, sliding_groups: 0, sliding_cap_blocks: 0 };
+    let (_, obs, _) = run(&cfg, reqs(), None);
+    assert!(obs.records.iter().any(|r| r.queue_ms > 0.0), "one waits for the other's pages");
+}
+
+#[test]
+fn kv_layouts_follow_the_models_layer_types() {
+    use kernelsight::model::ModelConfig;
+    // gemma-3-27b: 52 sliding (window 1024) and 10 full layers, groups of gcd = 2 layers.
+    let gemma = KvLayout::of(&ModelConfig::load("gemma-3-27b-it").unwrap(), 256);
+    assert_eq!(gemma, KvLayout { full_groups: 5, sliding_groups: 26, sliding_cap_blocks: 4 });
+    assert_eq!(gemma.pages(8), 5 * 8 + 26 * 4);
+    // gpt-oss-20b: alternating full and 128-token sliding layers.
+    let oss = KvLayout::of(&ModelConfig::load("gpt-oss-20b").unwrap(), 16);
+    assert_eq!(oss, KvLayout { full_groups: 1, sliding_groups: 1, sliding_cap_blocks: 8 });
+    assert_eq!(KvLayout::of(&ModelConfig::load("llama-3.1-8b").unwrap(), 16), KvLayout::default());
 }

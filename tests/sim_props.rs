@@ -2,6 +2,7 @@
 //! tight KV caches that force preemption.
 mod sim_common;
 use kernelsight::sim::engine::Policy;
+use kernelsight::sim::kv::KvLayout;
 use kernelsight::sim::router::RouterKind;
 use kernelsight::workload::RequestSpec;
 use proptest::prelude::*;
@@ -41,11 +42,12 @@ struct Setup {
     pp: u32,
     router: RouterKind,
     concurrency: Option<u32>,
+    layout: KvLayout,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
-        prop_oneof![Just(Policy::Continuous), Just(Policy::PrefillFirst), Just(Policy::Static)],
+        prop_oneof![Just(Policy::Continuous), Just(Policy::PrefillFirst), Just(Policy::Static), Just(Policy::DecodeFirst)],
         4u32..60,
         prop_oneof![Just(1u32), Just(4), Just(16)],
         8u32..300,
@@ -55,9 +57,9 @@ fn setup() -> impl Strategy<Value = Setup> {
         1u32..4,
         1u32..3,
         prop_oneof![Just(RouterKind::RoundRobin), Just(RouterKind::LeastLoaded), Just(RouterKind::PrefixAware)],
-        prop::option::of(1u32..6),
+        (prop::option::of(1u32..6), 1u32..3, 0u32..4, 1u32..5),
     )
-        .prop_map(|(policy, blocks, block_size, budget, seqs, chunked, caching, dp, pp, router, concurrency)| Setup {
+        .prop_map(|(policy, blocks, block_size, budget, seqs, chunked, caching, dp, pp, router, (concurrency, full, sliding, cap))| Setup {
             policy,
             blocks,
             block_size,
@@ -69,6 +71,8 @@ fn setup() -> impl Strategy<Value = Setup> {
             pp,
             router,
             concurrency,
+            // Sliding-window hybrids: several KV groups share the pages.
+            layout: if sliding == 0 && full == 1 { KvLayout::default() } else { KvLayout { full_groups: full, sliding_groups: sliding, sliding_cap_blocks: cap } },
         })
 }
 
@@ -79,7 +83,8 @@ fn config_of(s: &Setup) -> kernelsight::sim::SimConfig {
     e.max_num_seqs = s.seqs;
     e.chunked_prefill = s.chunked && s.policy != Policy::Static;
     e.prefix_caching = s.caching;
-    let mut c = config(e, s.blocks * 16 / s.block_size);
+    let mut c = config(e, (s.blocks * 16 / s.block_size).max(1) * s.layout.groups());
+    c.kv_layout = s.layout;
     c.max_model_len = 140;
     c.dp = s.dp;
     c.pp = s.pp;
@@ -110,7 +115,7 @@ proptest! {
             prop_assert_eq!((r.prompt_tokens, r.output_tokens), (spec.prompt_tokens, spec.output_tokens));
             if let Some(why) = r.rejected {
                 let total = spec.prompt_tokens + spec.output_tokens;
-                let fits_kv = (total as u64).div_ceil(cfg.engine.block_size as u64) <= cfg.num_gpu_blocks as u64;
+                let fits_kv = cfg.kv_layout.pages((total as u64).div_ceil(cfg.engine.block_size as u64) as u32) <= cfg.num_gpu_blocks as u64;
                 let fits_step = cfg.engine.chunked_prefill || total <= cfg.engine.max_num_batched_tokens;
                 prop_assert!(total > cfg.max_model_len || !fits_kv || !fits_step, "rejected without cause: {}", why);
             } else {
@@ -133,7 +138,7 @@ proptest! {
         for b in model.batches.lock().unwrap().iter() {
             let padded = if cfg.engine.pad_finished { usize::MAX } else { cfg.engine.max_num_seqs as usize };
             prop_assert!(b.len() <= padded);
-            if s.policy == Policy::Continuous {
+            if matches!(s.policy, Policy::Continuous | Policy::DecodeFirst) {
                 prop_assert!(b.iter().map(|w| w.new_tokens).sum::<u32>() <= cfg.engine.max_num_batched_tokens);
             }
         }

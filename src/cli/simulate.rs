@@ -54,6 +54,8 @@ pub struct SimulateArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub gpu_memory_utilization: Option<f64>,
     /// Pin the KV block count per replica (e.g. the count an engine logged) instead of deriving it.
+    /// For a model mixing full and sliding-window layers, the pages over all KV groups (vLLM's
+    /// and transformers' hybrid pool: a block per group).
     #[arg(long, allow_hyphen_values = true)]
     pub num_gpu_blocks: Option<i64>,
     /// Longest prompt + output served (default: the model's context length).
@@ -133,7 +135,9 @@ impl SimulateArgs {
         }
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
-        let derived_blocks = (plan.kv_capacity_tokens / engine.block_size as u64).min(u32::MAX as u64) as u32;
+        let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
+        // The plan counts every layer's KV per token: that many blocks in each group's share.
+        let derived_blocks = (plan.kv_capacity_tokens / engine.block_size as u64 * kv_layout.groups() as u64).min(u32::MAX as u64) as u32;
         let num_gpu_blocks = match self.num_gpu_blocks {
             Some(v) => positive("num-gpu-blocks", v)?,
             None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),
@@ -153,12 +157,13 @@ impl SimulateArgs {
             host.summary(),
             engine.cuda_graphs.map(|_| " (captured on first use of a padded shape)").unwrap_or("")
         );
-        let kv_cap_tokens = num_gpu_blocks as u64 * engine.block_size as u64;
+        let kv_cap_tokens = num_gpu_blocks as u64 / kv_layout.groups() as u64 * engine.block_size as u64;
         let predictor = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, kv_cap_tokens)?;
         let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
         let cfg = SimConfig {
             engine,
             num_gpu_blocks,
+            kv_layout,
             max_model_len,
             dp: dep.dp as u32,
             pp: dep.pp as u32,
@@ -184,9 +189,19 @@ impl SimulateArgs {
                 if e.prefix_caching { "on" } else { "off" }
             ),
             format!(
-                "KV cache {} blocks = {} tokens per replica ({}; per GPU: weights {:.1} GiB, activations {:.1} GiB, KV {:.1} GiB of {:.1} GiB usable at {:.2})",
-                report::terminal::group(num_gpu_blocks as u64),
-                report::terminal::group(num_gpu_blocks as u64 * e.block_size as u64),
+                "KV cache {} = {} tokens per replica ({}; per GPU: weights {:.1} GiB, activations {:.1} GiB, KV {:.1} GiB of {:.1} GiB usable at {:.2})",
+                if kv_layout.sliding_groups == 0 {
+                    format!("{} blocks", report::terminal::group(num_gpu_blocks as u64))
+                } else {
+                    format!(
+                        "{} pages over {} full and {} sliding-window KV groups (at most {} blocks per request each)",
+                        report::terminal::group(num_gpu_blocks as u64),
+                        kv_layout.full_groups,
+                        kv_layout.sliding_groups,
+                        kv_layout.sliding_cap_blocks
+                    )
+                },
+                report::terminal::group(num_gpu_blocks as u64 / kv_layout.groups() as u64 * e.block_size as u64),
                 if self.num_gpu_blocks.is_some() { "pinned by --num-gpu-blocks" } else { "derived from memory" },
                 gib(plan.weight_bytes_per_gpu),
                 gib(plan.activation_bytes_per_gpu),

@@ -709,9 +709,13 @@ pub struct Replayed {
 pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<Replayed> {
     let p = predictor_for(&model.config, run, tier, host.clone())?;
     let engine = engine_for(run)?;
+    let kv_layout = crate::sim::kv::KvLayout::of(&model.config, engine.block_size);
     let cfg = SimConfig {
         engine,
-        num_gpu_blocks: run.blocks_per_group,
+        // The harness's cache: `blocks_per_group` blocks for each of the model's KV groups, in
+        // one pool.
+        num_gpu_blocks: run.blocks_per_group * kv_layout.groups(),
+        kv_layout,
         max_model_len: model.config.max_context.min(u32::MAX as u64) as u32,
         dp: 1,
         pp: 1,

@@ -7,6 +7,7 @@
 //! scale-out network; every GPU of a replica sends its own shard in parallel); the decode
 //! pool admits the request with its prompt already in KV and generates every output token.
 
+use crate::sim::kv::KvLayout;
 use super::candidate::Candidate;
 use super::evaluate::{Evaluator, Outcome, Quantiles, StopRule};
 use crate::hardware::GpuSpec;
@@ -155,7 +156,9 @@ impl SimEvaluator {
         };
         let dep = c.replica();
         let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
-        let blocks = (plan.kv_capacity_tokens / engine.block_size as u64).min(u32::MAX as u64) as u32;
+        // Pages over the model's KV groups (one per block for a model of one attention kind).
+        let groups = KvLayout::of(&self.model, engine.block_size).groups() as u64;
+        let blocks = (plan.kv_capacity_tokens / engine.block_size as u64 * groups).min(u32::MAX as u64) as u32;
         if blocks == 0 {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
         }
@@ -165,6 +168,7 @@ impl SimEvaluator {
 
     fn config(&self, engine: EngineParams, blocks: u32, dp: u64, pp: u64) -> SimConfig {
         SimConfig {
+            kv_layout: KvLayout::of(&self.model, engine.block_size),
             engine,
             num_gpu_blocks: blocks,
             max_model_len: self.model.max_context.min(u32::MAX as u64) as u32,

@@ -277,3 +277,54 @@ mod tests {
         assert!(!p.holds(a, block_key(group_owner(2), 0)));
     }
 }
+
+/// How a request's KV spreads over the pool's pages when the model mixes attention kinds
+/// (vLLM's hybrid allocator, transformers' `PagedAttentionCache`): layers form groups of equal
+/// size, one page holds a block of tokens for one group, and every group draws from the one
+/// pool. A request of `b` blocks holds `b` pages in each full-attention group and at most
+/// `sliding_cap_blocks` in each sliding-window group (blocks that left the window are reused).
+/// The default (one full group) is a page per block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    pub full_groups: u32,
+    pub sliding_groups: u32,
+    pub sliding_cap_blocks: u32,
+}
+
+impl Default for KvLayout {
+    fn default() -> Self {
+        KvLayout { full_groups: 1, sliding_groups: 0, sliding_cap_blocks: 0 }
+    }
+}
+
+impl KvLayout {
+    /// The layout of `model` at `block_size` tokens per block: its KV cache groups per kind
+    /// (`ModelConfig::kv_cache_groups_by_kind`; linear-attention state takes no pages) and
+    /// `ceil(window / block_size)` blocks per sliding group (transformers' cap).
+    pub fn of(model: &crate::model::ModelConfig, block_size: u32) -> KvLayout {
+        let [full, sliding, _] = model.kv_cache_groups_by_kind();
+        if sliding == 0 {
+            return KvLayout::default();
+        }
+        KvLayout {
+            full_groups: full as u32,
+            sliding_groups: sliding as u32,
+            sliding_cap_blocks: model.max_sliding_window().div_ceil(block_size as u64).max(1) as u32,
+        }
+    }
+
+    /// Groups holding pages.
+    pub fn groups(&self) -> u32 {
+        self.full_groups + self.sliding_groups
+    }
+
+    /// Pages a request of `blocks` blocks holds.
+    pub fn pages(&self, blocks: u32) -> u64 {
+        self.full_groups as u64 * blocks as u64 + self.sliding_groups as u64 * blocks.min(self.sliding_cap_blocks) as u64
+    }
+
+    /// Pages beyond its block table (the other groups' share) a request of `blocks` blocks holds.
+    pub fn extra_pages(&self, blocks: u32) -> u32 {
+        (self.pages(blocks) - blocks as u64) as u32
+    }
+}

@@ -29,8 +29,11 @@ use router::{Router, RouterKind};
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     pub engine: EngineParams,
-    /// KV blocks of `engine.block_size` tokens per replica.
+    /// KV pages per replica: blocks of `engine.block_size` tokens, one per KV group
+    /// (`kv_layout`; for a model of one attention kind, one per block).
     pub num_gpu_blocks: u32,
+    /// How a request's blocks spread over KV groups (sliding-window hybrids).
+    pub kv_layout: kv::KvLayout,
     /// Longest sequence (prompt + output) the model serves.
     pub max_model_len: u32,
     /// Data-parallel replicas.
@@ -80,7 +83,7 @@ fn reject_reason(spec: &RequestSpec, cfg: &SimConfig, rep: &Replica) -> Option<&
     if total > cfg.max_model_len as u64 {
         return Some("exceeds_context");
     }
-    if rep.blocks_for(spec.prompt_tokens, spec.output_tokens) > cfg.num_gpu_blocks as u64 {
+    if rep.pages_for(spec.prompt_tokens, spec.output_tokens) > cfg.num_gpu_blocks as u64 {
         return Some("exceeds_kv_cache");
     }
     // Without chunked prefill a whole (re)computation must fit one step's token budget.
@@ -184,7 +187,7 @@ pub fn run(
     obs: &mut dyn SimObserver,
 ) -> Result<Outcome> {
     cfg.validate()?;
-    let replicas = (0..cfg.dp).map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks)).collect();
+    let replicas = (0..cfg.dp).map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout)).collect();
     let mut sim = Sim {
         cfg,
         model,

@@ -2,7 +2,7 @@
 //! step), and what happens when a step ends (tokens out, blocks cached, requests finished).
 
 use super::engine::{EngineParams, Policy};
-use super::kv::{is_shared_key, BlockId, BlockPool};
+use super::kv::{is_shared_key, BlockId, BlockPool, KvLayout};
 use super::record::{Recorder, RequestRecord};
 use super::request::Req;
 use crate::perf::SeqWork;
@@ -12,6 +12,7 @@ pub struct Replica {
     pub idx: u32,
     params: EngineParams,
     pub pool: BlockPool,
+    layout: KvLayout,
     /// Admitted requests in admission order (preemption takes from the back).
     pub running: Vec<Req>,
     pub waiting: VecDeque<Req>,
@@ -40,11 +41,12 @@ fn div_ceil(a: u32, b: u32) -> u32 {
 }
 
 impl Replica {
-    pub fn new(idx: u32, params: EngineParams, num_blocks: u32) -> Replica {
+    pub fn new(idx: u32, params: EngineParams, num_blocks: u32, layout: KvLayout) -> Replica {
         let caching = params.prefix_caching && params.policy != Policy::Static;
         Replica {
             idx,
             pool: BlockPool::new(num_blocks, caching),
+            layout,
             params,
             running: Vec::new(),
             waiting: VecDeque::new(),
@@ -75,21 +77,25 @@ impl Replica {
         self.spare_tables.pop().unwrap_or_default()
     }
 
-    /// Blocks request `i` must add to hold `n` more tokens.
-    fn blocks_wanted(&self, i: usize, n: u32) -> u32 {
+    /// Blocks request `i` must add to hold `n` more tokens, and the pages they take (its other
+    /// KV groups' share included).
+    fn blocks_wanted(&self, i: usize, n: u32) -> (u32, u32) {
         let r = &self.running[i];
-        self.params.block_growth.blocks_to_add(r.blocks.len() as u32, r.computed, n, self.params.block_size)
+        let add = self.params.block_growth.blocks_to_add(r.blocks.len() as u32, r.computed, n, self.params.block_size);
+        let extra = self.layout.extra_pages(r.blocks.len() as u32 + add).saturating_sub(r.extra_pages.len() as u32);
+        (add, add + extra)
     }
 
-    /// Grows request `i`'s block table to hold `n` more tokens. False when blocks run out.
+    /// Grows request `i`'s block table to hold `n` more tokens. False when pages run out.
     fn grow(&mut self, i: usize, n: u32) -> bool {
-        let add = self.blocks_wanted(i, n);
-        if self.pool.num_free() < add {
+        let (add, pages) = self.blocks_wanted(i, n);
+        if self.pool.num_free() < pages {
             return false;
         }
-        for _ in 0..add {
-            let b = self.pool.alloc().expect("counted free blocks");
-            self.running[i].blocks.push(b);
+        for k in 0..pages {
+            let b = self.pool.alloc().expect("counted free pages");
+            let r = &mut self.running[i];
+            if k < add { r.blocks.push(b) } else { r.extra_pages.push(b) }
         }
         true
     }
@@ -104,6 +110,9 @@ impl Replica {
     /// table is kept in `prev_blocks` to find its own still-cached blocks on readmission.
     fn free_blocks(&mut self, r: &mut Req) {
         for &b in r.blocks.iter().rev() {
+            self.pool.release(b);
+        }
+        for b in r.extra_pages.drain(..) {
             self.pool.release(b);
         }
         std::mem::swap(&mut r.blocks, &mut r.prev_blocks);
@@ -154,7 +163,7 @@ impl Replica {
             let n = (r.num_tokens() - r.computed).min(budget);
             let mut fits = self.grow(i, n);
             if !fits && starve {
-                self.starved.push((i, self.blocks_wanted(i, n)));
+                self.starved.push((i, self.blocks_wanted(i, n).1));
                 preempted = true;
                 i += 1;
                 continue;
@@ -232,8 +241,9 @@ impl Replica {
                 Policy::PrefillFirst => div_ceil(num_tokens, bs) - hits,
                 Policy::Static => div_ceil(front.prompt + front.output, bs) - hits,
             } as usize;
+            let extra = self.layout.extra_pages(hits + need as u32) as usize;
             let hits_free = self.hit_buf.iter().filter(|&&b| self.pool.is_free(b)).count();
-            if (self.pool.num_free() as usize) < need + hits_free {
+            if (self.pool.num_free() as usize) < need + extra + hits_free {
                 if skip_unfit && self.pool.num_free() > 0 {
                     k += 1;
                     continue;
@@ -247,6 +257,9 @@ impl Replica {
             }
             for _ in 0..need {
                 r.blocks.push(self.pool.alloc().expect("counted free blocks"));
+            }
+            for _ in 0..extra {
+                r.extra_pages.push(self.pool.alloc().expect("counted free pages"));
             }
             r.computed = hit_tokens;
             r.registered = self.hit_buf.len() as u32;
@@ -276,7 +289,7 @@ impl Replica {
             let Some((j, wanted)) = self.starved.pop() else { break };
             victims.push(j);
             demand -= wanted as u64;
-            free += self.running[j].blocks.len() as u64;
+            free += (self.running[j].blocks.len() + self.running[j].extra_pages.len()) as u64;
         }
         victims.sort_unstable_by(|a, b| b.cmp(a));
         for &j in &victims {
@@ -389,6 +402,9 @@ impl Replica {
             if done {
                 any_done = true;
                 let mut r = std::mem::take(&mut self.running[i].blocks);
+                for b in self.running[i].extra_pages.drain(..) {
+                    self.pool.release(b);
+                }
                 let req = &self.running[i];
                 for &b in r.iter().rev() {
                     self.pool.release(b);
@@ -430,8 +446,9 @@ impl Replica {
         b.prompt_tokens += prompt_tokens;
     }
 
-    /// Blocks a request needs for its whole life (prompt + all but the last output token).
-    pub fn blocks_for(&self, prompt: u32, output: u32) -> u64 {
-        (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64)
+    /// Pages a request needs for its whole life (prompt + all but the last output token).
+    pub fn pages_for(&self, prompt: u32, output: u32) -> u64 {
+        let blocks = (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64);
+        self.layout.pages(blocks.min(u32::MAX as u64) as u32)
     }
 }

@@ -22,6 +22,8 @@ pub struct Req {
     pub generated: u32,
     /// Block table.
     pub blocks: Vec<BlockId>,
+    /// Pages the request holds for its other KV groups (`KvLayout::extra_pages`).
+    pub extra_pages: Vec<BlockId>,
     /// Block table before the last preemption: where its own cached blocks may still be.
     pub prev_blocks: Vec<BlockId>,
     /// Leading blocks already offered to the prefix cache.
@@ -52,6 +54,7 @@ impl Req {
             generated: 0,
             blocks,
             prev_blocks: Vec::new(),
+            extra_pages: Vec::new(),
             registered: 0,
             sched_new: 0,
             batch: 0,

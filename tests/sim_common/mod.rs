@@ -79,6 +79,7 @@ pub fn config(engine: EngineParams, num_gpu_blocks: u32) -> SimConfig {
     SimConfig {
         engine,
         num_gpu_blocks,
+        kv_layout: Default::default(),
         max_model_len: 1 << 20,
         dp: 1,
         pp: 1,
