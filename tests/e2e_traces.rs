@@ -33,8 +33,9 @@ fn kv_cache_groups_match_what_the_engine_reported() {
         for m in &models {
             for r in m.runs.iter().filter(|r| r.layer_groups.is_some()) {
                 assert_eq!(r.layer_groups, Some(m.config.kv_cache_groups()), "{} {}", m.label, r.key);
-                // The replayed cache is one group's blocks: the capacity the harness asked for.
-                assert_eq!(r.blocks_per_group as u64 * r.block_size as u64, r.kv_cap_tokens, "{} {}", m.label, r.key);
+                // The harness gave each group the capacity it asked for; the pool (and the KV
+                // padding's cap) is every group's pages together.
+                assert_eq!(r.blocks_per_group as u64 * r.block_size as u64 * m.config.kv_cache_groups(), r.kv_cap_tokens, "{} {}", m.label, r.key);
                 seen.insert(m.label.clone(), m.config.kv_cache_groups());
             }
         }
@@ -211,4 +212,23 @@ fn kv_pressure_runs_evict_as_many_requests_as_the_engine_did() {
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
     let replayed = kernelsight::e2e::traces::replay(m, fixed, Tier::Roofline, &host).unwrap();
     assert_eq!(replayed.preemptions, 11);
+}
+
+#[test]
+fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
+    // gemma-3-27b-it L12 (1 full + 5 sliding-window groups) on 384 pages: 12 requests of ~2,000
+    // tokens read 24,000 keys, more than one group's share (64 blocks = 16,384 tokens), which the
+    // full group may hold because the sliding groups take at most 4 blocks each. transformers
+    // caps the padded read at every page of the pool, so the decode steps replay one graph (66 ms
+    // measured); capped at one group's share, every step's read was a new graph and captured
+    // (TPOT predicted 148 ms for 72 measured).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure13");
+    let models = load_dir(&dir).unwrap();
+    let m = models.iter().find(|m| m.label == "gemma-3-27b-it-L12").unwrap();
+    let run = m.runs.iter().find(|r| r.key.contains("kvp_i2000_o100_n16_fixed")).unwrap();
+    assert_eq!(run.kv_cap_tokens, 384 * 256);
+    let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
+    let predicted = kernelsight::e2e::traces::replay(m, run, Tier::Target, &host).unwrap().metrics["tpot_p50"];
+    let measured = kernelsight::e2e::traces::measured_metrics(run)["tpot_p50"];
+    assert!((predicted / measured - 1.0).abs() < 0.2, "TPOT predicted {predicted:.1} ms, measured {measured:.1} ms");
 }

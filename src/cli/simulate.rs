@@ -157,7 +157,8 @@ impl SimulateArgs {
             host.summary(),
             engine.cuda_graphs.map(|_| " (captured on first use of a padded shape)").unwrap_or("")
         );
-        let kv_cap_tokens = num_gpu_blocks as u64 / kv_layout.groups() as u64 * engine.block_size as u64;
+        // A padded KV read is capped at every page of the pool (transformers' `num_pages`).
+        let kv_cap_tokens = num_gpu_blocks as u64 * engine.block_size as u64;
         let predictor = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, kv_cap_tokens)?;
         let workload = self.workload.to_spec(DEFAULT_RATE_PER_S)?;
         let cfg = SimConfig {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[command(after_help = "Example:\n  kernelsight validate e2e --out out/e2e\n\nRuns of the calibration families fit the host-overhead model; the other families are held out and never used for fitting anything.")]
 pub struct E2eArgs {
     /// Trace folders (one sub-folder per model, see their READMEs); repeatable.
-    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2", "calibration/traces/h200_sxm_cudagraph", "calibration/traces/h200_sxm_tp2_cudagraph", "calibration/traces/h200_sxm_cudagraph_fresh", "calibration/traces/h200_sxm_cudagraph_blind7", "calibration/traces/h200_sxm_cudagraph_blind8", "calibration/traces/h200_sxm_host_probe", "calibration/traces/h200_sxm_closed_loop8", "calibration/traces/h200_sxm_closed_loop9", "calibration/traces/h200_sxm_kv_pressure10", "calibration/traces/h200_sxm_eager_layers11", "calibration/traces/h200_sxm_eager_blind12"])]
+    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2", "calibration/traces/h200_sxm_cudagraph", "calibration/traces/h200_sxm_tp2_cudagraph", "calibration/traces/h200_sxm_cudagraph_fresh", "calibration/traces/h200_sxm_cudagraph_blind7", "calibration/traces/h200_sxm_cudagraph_blind8", "calibration/traces/h200_sxm_host_probe", "calibration/traces/h200_sxm_closed_loop8", "calibration/traces/h200_sxm_closed_loop9", "calibration/traces/h200_sxm_kv_pressure10", "calibration/traces/h200_sxm_eager_layers11", "calibration/traces/h200_sxm_eager_blind12", "calibration/traces/h200_sxm_kv_pressure13"])]
     pub traces: Vec<PathBuf>,
     /// Per-step GPU times (CUDA events) of CUDA-graph runs, compared step by step.
     #[arg(long, default_value = "calibration/traces/h200_sxm_cudagraph_profile")]

@@ -74,7 +74,7 @@ pub struct TraceRun {
     pub tp: u64,
     /// CUDA graphs over padded shapes (None: eager).
     pub graphs: Option<GraphPadding>,
-    /// KV cache size in tokens per layer group (where KV padding stops).
+    /// Token slots of the whole KV pool, every group's pages together (where KV padding stops).
     pub kv_cap_tokens: u64,
     /// KV cache layer groups the engine reported (`engine_requested.layer_groups`), where recorded.
     pub layer_groups: Option<u64>,
@@ -219,10 +219,9 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         _ => None,
     };
     let block_size = u64_field(cache, "block_size", origin)?;
-    let kv_cap_tokens = match engine.get("kv_capacity_tokens_per_group").and_then(Value::as_u64) {
-        Some(t) => t,
-        None => u64_field(cache, "num_blocks", origin)? * block_size,
-    };
+    // transformers caps a padded KV read at `num_pages`, the pages of every group together: a
+    // sliding-window hybrid's full-attention group may hold more than one group's share.
+    let kv_cap_tokens = u64_field(cache, "num_blocks", origin)? * block_size;
     Ok(TraceRun {
         key: format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?")),
         status: v.get("status").and_then(Value::as_str).unwrap_or("?").to_string(),
