@@ -19,7 +19,8 @@ pub struct Prediction {
     /// Mean time from arrival to first scheduling.
     pub queue_ms: f64,
     pub preemptions: u64,
-    /// Tokens the KV cache holds per replica.
+    /// Tokens the KV cache holds per replica, every layer group counted full (a sliding-window
+    /// hybrid's requests past the window fit more).
     pub kv_capacity_tokens: u64,
     pub mean_batch_seqs: f64,
 }
@@ -60,7 +61,7 @@ pub fn simulate(point: &SimPoint, tier: Tier, host: Option<&HostOverhead>) -> Re
         tpot_ms: r.tpot_us.mean() * 1e-3,
         queue_ms: r.queue_us.mean() * 1e-3,
         preemptions: r.preemptions,
-        kv_capacity_tokens: sc.cfg.num_gpu_blocks as u64 * sc.cfg.engine.block_size as u64,
+        kv_capacity_tokens: (sc.cfg.num_gpu_blocks / sc.cfg.kv_layout.groups()) as u64 * sc.cfg.engine.block_size as u64,
         mean_batch_seqs: if r.steps > 0 { r.step_seqs as f64 / r.steps as f64 } else { 0.0 },
     })
 }
