@@ -161,9 +161,7 @@ fn closed_loop_runs_replay_as_closed_loops_and_keep_the_cohort_effect() {
     // The closed-loop runs record their clients; the replay then generates its own arrivals.
     // Measured: with fixed lengths each later wave's prompts arrive together (one cohort),
     // with lengths in [0.8 L, L] they spread out and wait far less.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_closed_loop8");
-    let models = load_dir(&dir).unwrap();
-    let m = models.iter().find(|m| m.label == "llama-3.2-3b").unwrap();
+    let m = &trace_model("h200_sxm_closed_loop8", "llama-3.2-3b");
     let run = |name: &str| m.runs.iter().find(|r| r.key.contains(name)).unwrap();
     let (fixed, varied) = (run("n80_fixed"), run("n80_upto08"));
     assert_eq!((fixed.clients, varied.clients), (Some(8), Some(8)));
@@ -188,6 +186,12 @@ fn closed_loop_runs_replay_as_closed_loops_and_keep_the_cohort_effect() {
     assert!((target / measured - 1.0).abs() < 0.15, "predicted {target} ms vs measured {measured} ms");
 }
 
+/// One model's traces from `calibration/traces/<set>/`.
+fn trace_model(set: &str, label: &str) -> kernelsight::e2e::traces::TraceModel {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces").join(set);
+    load_dir(&dir).unwrap().into_iter().find(|m| m.label == label).unwrap_or_else(|| panic!("{label} not in {set}"))
+}
+
 /// Median measured TTFT of a run, in ms.
 fn quantile_ms(r: &kernelsight::e2e::traces::TraceRun) -> f64 {
     let mut v: Vec<f64> = r.requests.iter().map(|x| (x.first_token_s - x.arrival_s) * 1e3).collect();
@@ -201,9 +205,7 @@ fn kv_pressure_runs_evict_as_many_requests_as_the_engine_did() {
     // (soft reset) 11 of them. With equal lengths arriving together the evictions follow from
     // the scheduling policy alone, whatever the step times: vLLM's policy (preempt the newest
     // running request, readmit it first, no admission margin, exact block growth) makes 15.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure10");
-    let models = load_dir(&dir).unwrap();
-    let m = models.iter().find(|m| m.label == "llama-3.2-3b").unwrap();
+    let m = &trace_model("h200_sxm_kv_pressure10", "llama-3.2-3b");
     let fixed = m.runs.iter().find(|r| r.key.contains("kvp_i300_o500_n32_fixed")).unwrap();
     assert_eq!(fixed.blocks_per_group, 48);
     assert_eq!(kernelsight::e2e::traces::measured_evictions(fixed), Some(11));
@@ -222,9 +224,7 @@ fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
     // caps the padded read at every page of the pool, so the decode steps replay one graph (66 ms
     // measured); capped at one group's share, every step's read was a new graph and captured
     // (TPOT predicted 148 ms for 72 measured).
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure13");
-    let models = load_dir(&dir).unwrap();
-    let m = models.iter().find(|m| m.label == "gemma-3-27b-it-L12").unwrap();
+    let m = &trace_model("h200_sxm_kv_pressure13", "gemma-3-27b-it-L12");
     let run = m.runs.iter().find(|r| r.key.contains("kvp_i2000_o100_n16_fixed")).unwrap();
     assert_eq!(run.kv_cap_tokens, 384 * 256);
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();

@@ -82,7 +82,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    res = {"env": harness.env_record(), "tokens": TOKENS, "reps": REPS, "models": {}}
+    res = {"env": harness.env_record(), "nvidia_smi_before": harness.nvidia_smi(), "tokens": TOKENS, "reps": REPS, "models": {}}
     for name in MODELS:
         for layers in LAYERS:
             label = f"{name}-L{layers}"

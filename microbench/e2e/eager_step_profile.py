@@ -42,7 +42,7 @@ def main():
         s = io.StringIO()
         pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(40)
         with open(os.path.join(a.out, f"eager-profile-{label}.txt"), "w") as f:
-            f.write(f"{label} {RUN} status {rec['status']} {rec2['status']}\n\nby host self time:\n{cpu}\n\nby GPU time:\n{gpu}\n\ncProfile (main thread):\n{s.getvalue()}")
+            f.write(f"{label} {RUN} status {rec['status']} {rec2['status']}\nenv {harness.env_record()}\nnvidia-smi {harness.nvidia_smi()}\n\nby host self time:\n{cpu}\n\nby GPU time:\n{gpu}\n\ncProfile (main thread):\n{s.getvalue()}")
         harness.log(f"{label}: profiled")
         del model
 

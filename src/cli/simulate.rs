@@ -136,8 +136,7 @@ impl SimulateArgs {
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
-        // The plan counts every layer's KV per token: that many blocks in each group's share.
-        let derived_blocks = (plan.kv_capacity_tokens / engine.block_size as u64 * kv_layout.groups() as u64).min(u32::MAX as u64) as u32;
+        let derived_blocks = kv_layout.pool_pages(plan.kv_capacity_tokens, engine.block_size);
         let num_gpu_blocks = match self.num_gpu_blocks {
             Some(v) => positive("num-gpu-blocks", v)?,
             None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),

@@ -156,9 +156,7 @@ impl SimEvaluator {
         };
         let dep = c.replica();
         let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
-        // Pages over the model's KV groups (one per block for a model of one attention kind).
-        let groups = KvLayout::of(&self.model, engine.block_size).groups() as u64;
-        let blocks = (plan.kv_capacity_tokens / engine.block_size as u64 * groups).min(u32::MAX as u64) as u32;
+        let blocks = KvLayout::of(&self.model, engine.block_size).pool_pages(plan.kv_capacity_tokens, engine.block_size);
         if blocks == 0 {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
         }

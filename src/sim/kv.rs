@@ -323,6 +323,12 @@ impl KvLayout {
         self.full_groups as u64 * blocks as u64 + self.sliding_groups as u64 * blocks.min(self.sliding_cap_blocks) as u64
     }
 
+    /// Pages a KV budget of `capacity_tokens` holds when every layer's KV is counted per token
+    /// (`kernels::memory::plan`): that many blocks in each group's share.
+    pub fn pool_pages(&self, capacity_tokens: u64, block_size: u32) -> u32 {
+        (capacity_tokens / block_size as u64 * self.groups() as u64).min(u32::MAX as u64) as u32
+    }
+
     /// Pages beyond its block table (the other groups' share) a request of `blocks` blocks holds.
     pub fn extra_pages(&self, blocks: u32) -> u32 {
         (self.pages(blocks) - blocks as u64) as u32
