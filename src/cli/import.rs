@@ -1,6 +1,7 @@
 //! `kernelsight import aiconfigurator|vidur DIR [--out FILE.csv[.gz]]`: normalizes public
 //! measurement tables into the shared kernel schema and prints rows per GPU and op.
 use crate::ingest::{self, aiconfigurator, curate, vidur, Imported};
+use crate::schema::Op;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -25,6 +26,13 @@ pub struct ImportArgs {
     /// Keep only the subset shipped in microbench/public/ (see its README.md).
     #[arg(long)]
     pub curated: bool,
+    /// Keep only these ops (comma-separated schema op names, e.g. rmsnorm,rope).
+    #[arg(long, value_delimiter = ',')]
+    pub ops: Vec<String>,
+    /// Write this in the `source` column instead of the data set's name (a re-measurement in
+    /// the data set's format is not the data set).
+    #[arg(long)]
+    pub source_label: Option<String>,
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
@@ -37,12 +45,32 @@ pub fn run(args: ImportArgs) -> Result<()> {
         Source::Aiconfigurator => aiconfigurator::import_dir(&args.dir)?,
         Source::Vidur => vidur::import_dir(&args.dir)?,
     };
+    let imported = select(imported, &args.ops, args.source_label.as_deref())?;
     print_summary(&imported);
     if let Some(out) = &args.out {
         ingest::write_rows_file(out, &imported.rows)?;
         println!("wrote {} rows to {}", imported.rows.len(), out.display());
     }
     Ok(())
+}
+
+/// Keeps the rows of `ops` (all when empty) and relabels their source.
+fn select(mut imported: Imported, ops: &[String], source_label: Option<&str>) -> Result<Imported> {
+    if !ops.is_empty() {
+        let wanted: Vec<Op> = ops.iter().map(|name| name.parse::<Op>().map_err(|e| e.context("--ops"))).collect::<Result<_>>()?;
+        let before = imported.rows.len();
+        imported.rows.retain(|r| wanted.contains(&r.kernel.op));
+        let dropped = before - imported.rows.len();
+        if dropped > 0 {
+            imported.skipped.insert(format!("not in --ops {}", ops.join(",")), dropped);
+        }
+    }
+    if let Some(label) = source_label {
+        for r in &mut imported.rows {
+            r.source = Some(label.to_string());
+        }
+    }
+    Ok(imported)
 }
 
 fn print_summary(imported: &Imported) {

@@ -23,7 +23,9 @@
 //! A file byte-identical to one read before it (upstream's `h100_pairwise_nvlink/send_recv.csv`
 //! copies the A100 one) is skipped and reported.
 //!
-//! GPU ids: a100 -> a100_sxm, h100 -> h100_sxm, a40 -> a40 (no spec sheet yet).
+//! GPU ids: a100 -> a100_sxm, h100 -> h100_sxm, a40 -> a40 (no spec sheet yet); h200 ->
+//! h200_sxm for this project's own re-measurement of Vidur's operators
+//! (`microbench/vidur_ops.py`, which writes the same format).
 
 use super::{aggregate_median, measured, Imported};
 use super::table::Table;
@@ -66,12 +68,13 @@ pub fn gpu_id(vidur_gpu: &str) -> Option<&'static str> {
         "a100" => Some("a100_sxm"),
         "h100" => Some("h100_sxm"),
         "a40" => Some("a40"),
+        "h200" => Some("h200_sxm"),
         _ => None,
     }
 }
 
 fn gpu_or_err(name: &str, path: &Path) -> Result<&'static str> {
-    gpu_id(name).with_context(|| format!("{}: unknown Vidur GPU '{name}'; allowed: a100, h100, a40", path.display()))
+    gpu_id(name).with_context(|| format!("{}: unknown Vidur GPU '{name}'; allowed: a100, h100, a40, h200", path.display()))
 }
 
 /// Imports every `mlp.csv`, `all_reduce.csv` and `send_recv.csv` under `dir` (other files,
