@@ -39,7 +39,6 @@ impl Base {
     /// finer grid (eight steps per octave from 1 us to 256 us): with one free parameter the
     /// latency can be resolved as finely as a launch chain's cost differs between two paths.
     pub fn fit_with(points: &[(f64, f64)], inv_efficiency: Option<f64>) -> Base {
-        const FLOORS_US: [f64; 14] = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0];
         let fine: Vec<f64> = (0..=64).map(|i| 2f64.powf(i as f64 / 8.0)).collect();
         let floors: &[f64] = if inv_efficiency.is_some() { &fine } else { &FLOORS_US };
         let mut best = Base { latency_us: floors[0], inv_efficiency: 1.0 };
@@ -58,6 +57,87 @@ impl Base {
     }
 }
 
+/// Latency grid of the base fits: plausible launch and synchronisation floors.
+const FLOORS_US: [f64; 14] = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0];
+
+/// Two-resource base of one streaming kernel library, fitted on several GPUs together:
+/// `latency_us + inv_dram_efficiency * bytes / DRAM bandwidth + sm_cycles_per_byte * bytes /
+/// (SM count x SM clock)`. Vidur's one-block-per-row elementwise kernels run at 33-58 % of HBM
+/// bandwidth and their floors and wave steps follow SM count x clock, so neither resource alone
+/// transfers between GPUs whose DRAM bytes per SM cycle differ (A40's GDDR6 4.8, H100 12.8,
+/// A100 13.4); GPUs far apart on that balance pin down both coefficients.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TwoResourceBase {
+    pub latency_us: f64,
+    pub inv_dram_efficiency: f64,
+    pub sm_cycles_per_byte: f64,
+}
+
+/// Least spread (max / min over the training GPUs) of DRAM bytes per SM cycle for a
+/// two-resource fit: closer GPUs (A100 and H100 differ by 5 %) make the two terms collinear
+/// and their split noise.
+pub const MIN_BALANCE_SPREAD: f64 = 1.5;
+
+fn dram_bytes_per_sm_cycle(gpu: &GpuSpec) -> f64 {
+    gpu.hbm_bytes_per_s() / sm_cycles_per_s(gpu)
+}
+
+fn sm_cycles_per_s(gpu: &GpuSpec) -> f64 {
+    gpu.compute.sm_count as f64 * gpu.compute.boost_clock_mhz * 1e6
+}
+
+impl TwoResourceBase {
+    pub fn time_us(&self, bytes: f64, gpu: &GpuSpec) -> f64 {
+        self.latency_us
+            + 1e6 * bytes * (self.inv_dram_efficiency / gpu.hbm_bytes_per_s() + self.sm_cycles_per_byte / sm_cycles_per_s(gpu))
+    }
+
+    /// Robust fit on `(bytes, gpu, measured us)` rows; None unless the GPUs spread at least
+    /// `MIN_BALANCE_SPREAD` in DRAM bytes per SM cycle. As `Base::fit`, over a grid: latency on
+    /// the floor grid, the share of the issue term in 32 steps (the terms normalized to agree
+    /// at the rows' median balance), the scale the median of `(t - l) / mix`; the triple with
+    /// the smallest mean over GPUs of each GPU's median absolute log error wins (every GPU
+    /// counts once, however many rows it has).
+    pub fn fit(points: &[(f64, &GpuSpec, f64)]) -> Option<TwoResourceBase> {
+        let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (_, g, _)) in points.iter().enumerate() {
+            by_gpu.entry(g.id.as_str()).or_default().push(i);
+        }
+        let balances: Vec<f64> = by_gpu.values().map(|ix| dram_bytes_per_sm_cycle(points[ix[0]].1)).collect();
+        let spread = balances.iter().cloned().fold(0.0, f64::max) / balances.iter().cloned().fold(f64::INFINITY, f64::min);
+        if by_gpu.len() < 2 || !(spread >= MIN_BALANCE_SPREAD) {
+            return None;
+        }
+        // Per row: DRAM time at spec bandwidth and issue time at one SM cycle per byte (us).
+        let terms: Vec<(f64, f64)> = points.iter().map(|(b, g, _)| (1e6 * b / g.hbm_bytes_per_s(), 1e6 * b / sm_cycles_per_s(g))).collect();
+        let mut scale: Vec<f64> = terms.iter().filter(|(_, i)| *i > 0.0).map(|(d, i)| d / i).collect();
+        let k = median(&mut scale)?;
+        let mut best: Option<(f64, TwoResourceBase)> = None;
+        for &l in &FLOORS_US {
+            for step in 0..=32 {
+                let share = step as f64 / 32.0;
+                let mix = |(d, i): (f64, f64)| (1.0 - share) * d + share * k * i;
+                let mut ratios: Vec<f64> =
+                    points.iter().zip(&terms).filter(|((_, _, t), tm)| *t > l && mix(**tm) > 0.0).map(|((_, _, t), tm)| (t - l) / mix(*tm)).collect();
+                let Some(c) = median(&mut ratios) else { continue };
+                let per_gpu: Vec<f64> = by_gpu
+                    .values()
+                    .filter_map(|ix| {
+                        let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * mix(terms[i])) / points[i].2).ln().abs()).collect();
+                        median(&mut e)
+                    })
+                    .collect();
+                let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
+                if best.map_or(true, |(e, _)| err < e) {
+                    let base = TwoResourceBase { latency_us: l, inv_dram_efficiency: c * (1.0 - share), sm_cycles_per_byte: c * share * k };
+                    best = Some((err, base));
+                }
+            }
+        }
+        best.map(|(_, b)| b)
+    }
+}
+
 fn median(v: &mut [f64]) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -67,15 +147,17 @@ fn median(v: &mut [f64]) -> Option<f64> {
 }
 
 /// How an op's time is predicted: the physical base times the learned correction, the base
-/// alone, or the roofline form (SOL over the op's median efficiency, with the launch floor);
-/// the last two are chosen where the correction did not transfer between the training GPUs
-/// (see `select`).
+/// alone, the two-resource base (elementwise libraries measured on GPUs of different DRAM
+/// bytes per SM cycle; other rows the base alone), or the roofline form (SOL over the op's
+/// median efficiency, with the launch floor); all but the first are chosen where the
+/// correction did not transfer between the training GPUs (see `select`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Form {
     #[default]
     Learned,
     BaseOnly,
+    TwoResource,
     Roofline,
 }
 
@@ -89,6 +171,10 @@ pub struct OpModel {
     pub inner_check: Option<super::select::InnerCheck>,
     /// Bases by link class (`scaleup`, `pcie`, `scaleout`) for collectives; `all` always.
     pub bases: BTreeMap<String, Base>,
+    /// Elementwise ops: two-resource bases by kernel library (backend), where its training
+    /// GPUs pin both coefficients (the `TwoResource` form).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub two_resource: BTreeMap<String, TwoResourceBase>,
     /// One-hot vocabulary of backend categories.
     pub backends: Vec<String>,
     /// Backend assumed when the caller names none: the most measured one.
@@ -353,6 +439,17 @@ impl OpModel {
                 bases.insert(k.clone(), Base::fit_with(pts, Some(c)));
             }
         }
+        let mut library_rows: BTreeMap<&str, Vec<(f64, &GpuSpec, f64)>> = BTreeMap::new();
+        if op.class() == "elementwise" {
+            for (_, s, m, _) in &prepared {
+                library_rows.entry(m.backend.as_str()).or_default().push((s.bytes, spec(&m.gpu), m.latency_us));
+            }
+        }
+        let two_resource: BTreeMap<String, TwoResourceBase> = library_rows
+            .into_iter()
+            .filter(|(_, pts)| pts.len() >= MIN_LIBRARY_BASE_ROWS)
+            .filter_map(|(lib, pts)| TwoResourceBase::fit(&pts).map(|b| (lib.to_string(), b)))
+            .collect();
         let base_of = |m: &Measurement, sol_us: f64| {
             base_keys(op, spec(&m.gpu), &m.kernel, &m.backend).iter().find_map(|k| bases.get(k)).map(|b| b.time_us(sol_us)).unwrap_or(sol_us)
         };
@@ -410,6 +507,7 @@ impl OpModel {
             form: Form::Learned,
             inner_check: None,
             bases,
+            two_resource,
             backends,
             default_backend,
             features: names,
@@ -476,6 +574,10 @@ impl OpModel {
                 }
             }
             Form::BaseOnly => 0.0,
+            Form::TwoResource => match self.two_resource.get(backend) {
+                Some(b) => return b.time_us(s.bytes, gpu).max(s.sol_us),
+                None => 0.0,
+            },
             Form::Roofline => {
                 // As `perf::roofline`, with this op's own efficiency.
                 let p = RooflineParams::default();
@@ -664,6 +766,50 @@ mod tests {
         let k = Kernel { num_tokens: 8192, hidden: 8192, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
         let expected = 4.0 + 3.0 * sol(&k, &a100).sol_us;
         assert!((m.predict_us(&k, &a100, None) - expected).abs() < 1e-6 * expected);
+    }
+
+    #[test]
+    fn two_resource_base_recovers_both_coefficients_from_two_gpus() {
+        use crate::hardware::load_gpu;
+        use crate::perf::sol::sol;
+        // rmsnorm by one library on H100 (12.8 DRAM bytes per SM cycle) and A40 (4.8):
+        // t = 2 us + 0.8 x bytes / DRAM bandwidth + 0.1 SM cycles per byte.
+        let truth = TwoResourceBase { latency_us: 2.0, inv_dram_efficiency: 0.8, sm_cycles_per_byte: 0.1 };
+        let (h100, a40, a100) = (load_gpu("h100_sxm").unwrap(), load_gpu("a40").unwrap(), load_gpu("a100_sxm").unwrap());
+        let kernel = |t: u64, h: u64| Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
+        let mut rows = Vec::new();
+        for g in [&h100, &a40] {
+            for t in [1u64, 16, 64, 256, 1024, 4096, 16384] {
+                for h in [2048u64, 4096, 8192] {
+                    let k = kernel(t, h);
+                    let latency_us = truth.time_us(sol(&k, g).bytes, g);
+                    rows.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let spec = |id: &str| if id == "a40" { &a40 } else { &h100 };
+        let mut m = OpModel::fit(Op::Rmsnorm, &refs, &spec, &FitParams::default());
+        let b = m.two_resource["vidur/rmsnorm"];
+        assert_eq!(b.latency_us, 2.0, "{b:?}");
+        // The issue share sits on a grid of 32 steps: both coefficients within 3 %.
+        assert!((b.inv_dram_efficiency / 0.8 - 1.0).abs() < 0.03 && (b.sm_cycles_per_byte / 0.1 - 1.0).abs() < 0.03, "{b:?}");
+        // A100, never measured, within 1 % at a large size; the HBM base (H100's bandwidth
+        // law) misses it by the A100/H100 gap between SM cycles and bandwidth.
+        let k = kernel(16384, 8192);
+        let expected = truth.time_us(sol(&k, &a100).bytes, &a100);
+        m.form = Form::TwoResource;
+        assert!((m.predict_us(&k, &a100, None) / expected - 1.0).abs() < 0.01);
+        m.form = Form::BaseOnly;
+        assert!((m.predict_us(&k, &a100, None) / expected - 1.0).abs() > 0.02);
+        // A library on GPUs of one balance (A100 and H100 differ by 5 %) gets no fit: its two
+        // terms are collinear there. Neither does one GPU.
+        fn pts<'a>(gs: &[&'a GpuSpec], law: &TwoResourceBase) -> Vec<(f64, &'a GpuSpec, f64)> {
+            gs.iter().flat_map(|g| [1e6, 1e8].map(|bytes| (bytes, *g, law.time_us(bytes, g)))).collect()
+        }
+        assert!(TwoResourceBase::fit(&pts(&[&a100, &h100], &truth)).is_none());
+        assert!(TwoResourceBase::fit(&pts(&[&a40], &truth)).is_none());
+        assert!(TwoResourceBase::fit(&pts(&[&a100, &a40], &truth)).is_some());
     }
 
     #[test]

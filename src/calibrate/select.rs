@@ -10,7 +10,9 @@
 //! roofline form only. Its features include spec-sheet rates, which on two or three GPUs cannot
 //! be told apart from GPU identity (`picks_the_base_when_the_correction_is_gpu_identity`); this
 //! rule was set after seeing the leave-one-GPU-out table, where trees fitted on those GPUs
-//! transferred worst in every elementwise family.
+//! transferred worst in every elementwise family. Elementwise families may also take the
+//! two-resource base (DRAM bandwidth and SM count x clock, fitted per library over the training
+//! GPUs together), where an inner fold could fit it and it predicted better there.
 
 use super::dataset::Measurement;
 use super::model::{base_key, FitParams, Form, OpModel};
@@ -37,6 +39,10 @@ pub struct InnerCheck {
     pub learned_log_err: f64,
     pub base_only_log_err: f64,
     pub roofline_log_err: f64,
+    /// Elementwise families: the two-resource form (the base alone for libraries whose fold's
+    /// training GPUs could not pin it, so it ties with the base where no fold could).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_resource_log_err: Option<f64>,
 }
 
 impl InnerCheck {
@@ -45,6 +51,7 @@ impl InnerCheck {
         let err = |f: &Form| match f {
             Form::Learned => self.learned_log_err,
             Form::BaseOnly => self.base_only_log_err,
+            Form::TwoResource => self.two_resource_log_err.unwrap_or(f64::INFINITY),
             Form::Roofline => self.roofline_log_err,
         };
         // Candidates are listed most complex first; `min_by` keeps the first of equal errors, so
@@ -57,6 +64,8 @@ impl InnerCheck {
 pub fn candidates(op: Op) -> &'static [Form] {
     if op.is_collective() {
         &[Form::Learned, Form::BaseOnly]
+    } else if op.class() == "elementwise" {
+        &[Form::TwoResource, Form::BaseOnly, Form::Roofline]
     } else {
         &[Form::BaseOnly, Form::Roofline]
     }
@@ -65,15 +74,20 @@ pub fn candidates(op: Op) -> &'static [Form] {
 /// `model` (fitted on `rows`) with its form chosen by the inner check where its training GPUs
 /// are few: whichever candidate form predicted the left-out training GPUs best; the base alone
 /// when no training GPU has enough rows to be left out. A model without the learned form drops
-/// its trees.
+/// its trees, one without the two-resource form its two-resource bases.
 pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str) -> &'a GpuSpec, params: &FitParams) -> OpModel {
     let gpus: BTreeSet<&str> = rows.iter().map(|m| m.gpu.as_str()).collect();
     if gpus.len() > MAX_GPUS_FOR_CHECK {
+        model.two_resource.clear();
         return model;
     }
     let check = inner_check(&model, rows, &gpus, spec, params);
     model.form = check.map(|c| c.best(candidates(model.op))).unwrap_or(Form::BaseOnly);
     model.inner_check = check;
+    // A model keeps only what its form predicts with.
+    if model.form != Form::TwoResource {
+        model.two_resource.clear();
+    }
     if model.form != Form::Learned {
         model.gbdt.trees.clear();
         for sub in model.by_path.values_mut() {
@@ -98,7 +112,8 @@ fn inner_check<'a>(
     for m in rows {
         *key_rows.entry((m.gpu.as_str(), base_key(model.op, spec(&m.gpu), &m.kernel, &m.backend))).or_insert(0) += 1;
     }
-    let (mut learned, mut base, mut roof) = (Vec::new(), Vec::new(), Vec::new());
+    let with_two_resource = candidates(model.op).contains(&Form::TwoResource);
+    let (mut learned, mut base, mut roof, mut two) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for &h in gpus {
         let test: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu == h).collect();
         if test.len() < MIN_INNER_ROWS {
@@ -119,7 +134,7 @@ fn inner_check<'a>(
         }
         let train: Vec<&Measurement> = rows.iter().copied().filter(|m| m.gpu != h).collect();
         let mut inner = OpModel::fit(model.op, &train, spec, params);
-        let (mut l, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut l, mut b, mut r, mut t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for m in &test {
             let g = spec(&m.gpu);
             let err = |p: f64| (p / m.latency_us).ln().abs();
@@ -129,16 +144,29 @@ fn inner_check<'a>(
             b.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
             inner.form = Form::Roofline;
             r.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            if with_two_resource {
+                inner.form = Form::TwoResource;
+                t.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            }
         }
         learned.push(median(&mut l));
         base.push(median(&mut b));
         roof.push(median(&mut r));
+        if with_two_resource {
+            two.push(median(&mut t));
+        }
     }
     if learned.is_empty() {
         return None;
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    Some(InnerCheck { gpus: learned.len(), learned_log_err: mean(&learned), base_only_log_err: mean(&base), roofline_log_err: mean(&roof) })
+    Some(InnerCheck {
+        gpus: learned.len(),
+        learned_log_err: mean(&learned),
+        base_only_log_err: mean(&base),
+        roofline_log_err: mean(&roof),
+        two_resource_log_err: with_two_resource.then(|| mean(&two)),
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -149,6 +177,7 @@ fn median(v: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calibrate::model::TwoResourceBase;
     use crate::hardware::load_gpu;
     use crate::perf::sol::sol;
     use crate::schema::{Dtype, Kernel};
@@ -243,9 +272,57 @@ mod tests {
         assert_eq!(m.form, Form::BaseOnly);
     }
 
+    /// rmsnorm by one library on A100 and H100 (HBM) and A40 (GDDR), 60 rows each, timed by
+    /// `time_us(gpu, bytes)`.
+    fn three_balances(time_us: impl Fn(&GpuSpec, f64) -> f64) -> OpModel {
+        let specs: Vec<GpuSpec> = ["a100_sxm", "h100_sxm", "a40"].iter().map(|g| load_gpu(g).unwrap()).collect();
+        let spec = |g: &str| specs.iter().find(|s| s.id == g).unwrap();
+        let mut data = Vec::new();
+        for g in &specs {
+            for t in [1u64, 4, 16, 64, 256, 1024, 2048, 4096, 8192, 16384] {
+                for h in [1024u64, 2048, 4096, 6144, 8192, 16384] {
+                    let k = Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, Dtype::Fp16) };
+                    let latency_us = time_us(g, sol(&k, g).bytes);
+                    data.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = data.iter().collect();
+        let params = FitParams::default();
+        checked(OpModel::fit(Op::Rmsnorm, &refs, &spec, &params), &refs, &spec, &params)
+    }
+
+    #[test]
+    fn picks_the_two_resource_base_when_it_transfers() {
+        // One law on every GPU, mostly SM-issue-bound: 2 us + 0.3 x bytes / DRAM bandwidth +
+        // 0.2 SM cycles per byte. Left out, A100 (H100) is predicted from H100 (A100) and A40;
+        // the HBM base scales the other HBM GPU by bandwidth and misses the SM-cycle share.
+        let law = TwoResourceBase { latency_us: 2.0, inv_dram_efficiency: 0.3, sm_cycles_per_byte: 0.2 };
+        let m = three_balances(|g, bytes| law.time_us(bytes, g));
+        let c = m.inner_check.expect("A100 and H100 each have the other on HBM");
+        assert_eq!(c.gpus, 2);
+        assert!(c.two_resource_log_err.unwrap() < c.base_only_log_err, "{c:?}");
+        assert_eq!(m.form, Form::TwoResource);
+    }
+
+    #[test]
+    fn keeps_the_dram_kind_base_when_the_two_resource_base_does_not_transfer() {
+        // Bandwidth-bound on every GPU at a fraction of spec set by the DRAM kind (HBM 1/3,
+        // GDDR 0.6): the HBM GPUs agree, and a two-resource law fitted on one of them and A40
+        // reads A40's better fraction as an SM-cycle term the other HBM GPU does not have.
+        let m = three_balances(|g, bytes| {
+            let inv_eff = if g.memory.dram == crate::hardware::DramKind::Gddr { 1.0 / 0.6 } else { 3.0 };
+            3.0 + 1e6 * inv_eff * bytes / g.hbm_bytes_per_s()
+        });
+        let c = m.inner_check.expect("checked");
+        assert!(c.base_only_log_err < c.two_resource_log_err.unwrap(), "{c:?}");
+        assert_eq!(m.form, Form::BaseOnly);
+    }
+
     #[test]
     fn best_prefers_the_simpler_form_on_ties() {
-        let c = InnerCheck { gpus: 2, learned_log_err: 0.1, base_only_log_err: 0.1, roofline_log_err: 0.3 };
+        let c = InnerCheck { gpus: 2, learned_log_err: 0.1, base_only_log_err: 0.1, roofline_log_err: 0.3, two_resource_log_err: Some(0.1) };
+        assert_eq!(c.best(candidates(Op::Rmsnorm)), Form::BaseOnly);
         assert_eq!(c.best(&[Form::Learned, Form::BaseOnly]), Form::BaseOnly);
         assert_eq!(c.best(&[Form::BaseOnly, Form::Roofline]), Form::BaseOnly);
         let c = InnerCheck { roofline_log_err: 0.05, ..c };
