@@ -14,8 +14,11 @@ The kernels are re-implementations (written here) with sarathi-serve's launch ge
 thread block per token; RMSNorm with min(hidden, 1024) threads, one pass for the sum of squares
 and one to scale; SiLU-and-mul with min(d, 1024) threads over [tokens, 2d] input; NeoX rotary
 embedding in place on the q and k views of the QKV output with min(heads x rot_dim / 2, 512)
-threads; scalar fp16 loads and stores. Add and embedding are torch's own (`a + b`,
-`F.embedding`), as in sarathi. Compiled with NVRTC through CuPy, launched on torch's stream.
+threads; scalar fp16 loads and stores. The residual add is torch's own (`a + b`). The
+embedding is torch's `F.embedding` up to 16 tokens (its indexSelectSmallIndex, as in Vidur's
+torch) and above that a replica of the indexSelectLargeIndex kernel that torch <= 2.2 ran there
+(torch 2.11 runs a vectorized gather instead, 4-6x faster at 512+ tokens on the H200: not the
+kernel Vidur timed). Compiled with NVRTC through CuPy, launched on torch's stream.
 
 Output: one Vidur-format `mlp.csv` per model under `<out>/h200/<org>/<model>/` (only the
 elementwise operators' `time_stats.<op>.{min,max,mean,median,std}` columns, in ms, plus
@@ -105,6 +108,29 @@ __device__ __forceinline__ void rotate_pair(__half* head, const __half* cos_p, c
   head[half_dim + r] = __float2half(y * c + x * s);
 }
 
+// torch's indexSelectLargeIndex as it ran index_select for more than 16 indices before the
+// vectorized gather (torch <= 2.2, which Vidur used): a grid-stride loop over the output, 128
+// threads per block, at most 8 blocks per SM, one 2-byte element per thread, the index major,
+// each offset from the 2-d TensorInfo's div/mod chain (runtime sizes, as torch passes them).
+extern "C" __global__ void ks_index_select_large(__half* out, const __half* table, const long long* ids,
+                                                 unsigned total, unsigned inner, unsigned out_size0,
+                                                 unsigned out_size1, unsigned out_stride0, unsigned out_stride1,
+                                                 unsigned in_size0, unsigned in_size1, unsigned in_stride0,
+                                                 unsigned in_stride1, unsigned out_select_stride,
+                                                 unsigned in_select_stride) {
+  for (unsigned linear = blockIdx.x * blockDim.x + threadIdx.x; linear < total; linear += gridDim.x * blockDim.x) {
+    const unsigned dst_index = linear / inner, elem = linear % inner;
+    const unsigned src_index = (unsigned)ids[dst_index];
+    unsigned rest = elem, dst_off = 0, src_off = 0;
+    dst_off += (rest % out_size1) * out_stride1; rest /= out_size1;
+    dst_off += (rest % out_size0) * out_stride0;
+    rest = elem;
+    src_off += (rest % in_size1) * in_stride1; rest /= in_size1;
+    src_off += (rest % in_size0) * in_stride0;
+    out[dst_off + dst_index * out_select_stride] = table[src_off + src_index * in_select_stride];
+  }
+}
+
 // NeoX-style rotary embedding in place, one block per token, q and k rows of stride *_stride.
 extern "C" __global__ void ks_rotary_neox(const long long* positions, __half* q, __half* k,
                                           const __half* cos_sin, int rot_dim, int q_stride,
@@ -132,6 +158,8 @@ def classify(name):
         return "mlp_act"
     if "ks_rotary_neox" in low:
         return "attn_rope"
+    if "ks_index_select_large" in low:
+        return "emb"
     # torch's index_select: indexSelect{Small,Large}Index, or its vectorized gather for
     # contiguous aligned rows.
     if ("index" in low and "select" in low) or "vectorized_gather" in low:
@@ -167,6 +195,7 @@ class Block:
         inv = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2, device=dev, dtype=torch.float32) / self.hd))
         freqs = torch.outer(torch.arange(MAX_POSITION, device=dev, dtype=torch.float32), inv)
         self.cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(f16).contiguous()
+        self.sm_count = torch.cuda.get_device_properties(0).multi_processor_count
         self.stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
     def inputs(self, tokens):
@@ -195,6 +224,23 @@ class Block:
                            cp.int32(self.kv_heads), cp.int32(self.hd)), stream=self.stream)
         return q, k
 
+    def _embedding(self, ids):
+        """F.embedding as Vidur's torch ran it: torch's own indexSelectSmallIndex up to 16
+        indices (unchanged in torch 2.11), the replica of indexSelectLargeIndex above that."""
+        n = ids.shape[0]
+        if n <= 16:
+            return self.torch.nn.functional.embedding(ids, self.emb)
+        h = self.emb.shape[1]
+        out = self.torch.empty((n, h), device="cuda", dtype=self.emb.dtype)
+        total = n * h
+        cp, u = self.cp, self.cp.uint32
+        grid = min((total + 127) // 128, 8 * self.sm_count)
+        # After torch's reduceDim on the select dimension both TensorInfos are [1, h] / [h, 1].
+        self.mods["emb"]((grid,), (min(total, 128),),
+                         (cp.asarray(out), cp.asarray(self.emb), cp.asarray(ids), u(total), u(h), u(1), u(h),
+                          u(h), u(1), u(1), u(h), u(h), u(1), u(h), u(h)), stream=self.stream)
+        return out
+
     def _silu_mul(self, x):
         n, two_d = x.shape
         out = self.torch.empty((n, two_d // 2), device="cuda", dtype=x.dtype)
@@ -205,9 +251,9 @@ class Block:
     def forward(self, ids, pos, repeats):
         """GPTModel.forward: one embedding, then `repeats` x (embedding + block)."""
         F = self.torch.nn.functional
-        h = F.embedding(ids, self.emb)
+        h = self._embedding(ids)
         for _ in range(repeats):
-            h = F.embedding(ids, self.emb)
+            h = self._embedding(ids)
             residual = h
             x = self._rms(h, self.norm_w[0]) if self.gated else F.layer_norm(h, h.shape[-1:])
             qkv = F.linear(x, self.w_qkv)
@@ -278,6 +324,7 @@ def self_test(torch, block):
     torch.cuda.synchronize()
     got = qkv[:, : block.q_size].float().view(64, block.heads, block.hd)
     errs["rope"] = ((got - ref).norm() / ref.norm()).item()
+    errs["embedding_exact"] = bool(torch.equal(block._embedding(ids), block.emb[ids]))
     return errs
 
 
@@ -354,7 +401,7 @@ def main():
     smi_proc, smi_file = start_smi_monitor(os.path.join(args.out, "smi.csv"))
     module = cp.RawModule(code=KERNELS, options=("-std=c++17",))
     mods = {"rms": module.get_function("ks_rms_norm"), "silu": module.get_function("ks_silu_and_mul"),
-            "rope": module.get_function("ks_rotary_neox")}
+            "rope": module.get_function("ks_rotary_neox"), "emb": module.get_function("ks_index_select_large")}
     names = [m for m in MODELS if not args.models or m in args.models.split(",")]
     tokens = TOKENS[:: args.token_stride]
     names_seen = {}

@@ -83,3 +83,31 @@ fn print_summary(imported: &Imported) {
         println!("skipped {n:>7} rows: {reason}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Dtype, Kernel};
+
+    fn row(op: Op) -> crate::schema::KernelRow {
+        ingest::measured(Kernel::new(op, Dtype::Fp16), 2.0, "h200_sxm", vidur::SOURCE, "vidur".into(), "k")
+    }
+
+    #[test]
+    fn select_keeps_the_named_ops_counts_the_rest_and_relabels_the_source() {
+        let imported = Imported { rows: vec![row(Op::Rmsnorm), row(Op::Embedding), row(Op::Rope)], ..Default::default() };
+        let out = select(imported, &["rmsnorm".into(), "rope".into()], Some("kernelsight re-measurement")).unwrap();
+        assert_eq!(out.rows.iter().map(|r| r.kernel.op).collect::<Vec<_>>(), vec![Op::Rmsnorm, Op::Rope]);
+        assert_eq!(out.skipped.values().sum::<usize>(), 1);
+        assert!(out.rows.iter().all(|r| r.source.as_deref() == Some("kernelsight re-measurement")));
+        // The backend stays the data set's: the rows join its library categories.
+        assert!(out.rows.iter().all(|r| r.backend.as_deref() == Some("vidur")));
+    }
+
+    #[test]
+    fn select_rejects_an_unknown_op_by_name() {
+        let err = select(Imported::default(), &["rms_norm".into()], None).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("--ops") && msg.contains("rms_norm"), "{msg}");
+    }
+}
