@@ -54,8 +54,11 @@ MODELS = {
 }
 # Vidur's token grid (the 259 values of every mlp.csv up to 4096 tokens).
 TOKENS = [1, 2, 4] + list(range(8, 1025, 8)) + list(range(1040, 2049, 16)) + list(range(2080, 4097, 32))
+# Vidur's A100 Llama-3 profiles go on to 32,768 tokens; `--long` times those counts for the
+# TP degrees listed here (Llama-3-70B at TP 1 and 2 would take minutes of GEMMs).
+LONG_TOKENS = list(range(4160, 8193, 64)) + list(range(8320, 16385, 128)) + list(range(16640, 32769, 256))
+LONG_MODELS = {"meta-llama/Meta-Llama-3-8B": (1, 2, 4, 8), "meta-llama/Meta-Llama-3-70B": (4, 8)}
 ACTIVE_STEPS = 20  # Vidur's repeats of the block inside one profiled forward
-MAX_POSITION = 4096
 SHAPE_COLUMNS = ["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp",
                  "num_tokens", "num_tensor_parallel_workers"]
 STATS = ["min", "max", "mean", "median", "std"]
@@ -172,7 +175,7 @@ def classify(name):
 class Block:
     """One decoder layer's operators on one TP shard, in Vidur's order (mlp_impl.GPTModel)."""
 
-    def __init__(self, torch, cp, mods, name, tp):
+    def __init__(self, torch, cp, mods, name, tp, max_position):
         n_head, n_kv, n_embd, ffn, vocab, gated, _ = MODELS[name]
         self.torch, self.cp, self.mods = torch, cp, mods
         self.gated = gated
@@ -193,7 +196,7 @@ class Block:
         self.w_up = w((2 if gated else 1) * self.ffn, n_embd)
         self.w_down = w(n_embd, self.ffn)
         inv = 1.0 / (10000.0 ** (torch.arange(0, self.hd, 2, device=dev, dtype=torch.float32) / self.hd))
-        freqs = torch.outer(torch.arange(MAX_POSITION, device=dev, dtype=torch.float32), inv)
+        freqs = torch.outer(torch.arange(max_position, device=dev, dtype=torch.float32), inv)
         self.cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1).to(f16).contiguous()
         self.sm_count = torch.cuda.get_device_properties(0).multi_processor_count
         self.stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
@@ -348,7 +351,7 @@ def profile_model(torch, cp, mods, name, tp, tokens, names_seen):
     each operator's fixed kernel count."""
     from torch.profiler import ProfilerActivity, profile
 
-    block = Block(torch, cp, mods, name, tp)
+    block = Block(torch, cp, mods, name, tp, max(tokens))
     inputs = [block.inputs(t) for t in tokens]
     for ids, pos in inputs:
         block.forward(ids, pos, 2)  # warm-up (cuBLAS heuristics, NVRTC modules)
@@ -386,6 +389,7 @@ def main():
     ap.add_argument("--time-budget-s", type=float, default=480.0, help="stop starting new (model, tp) after this")
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
     ap.add_argument("--token-stride", type=int, default=1, help="use every n-th grid token count")
+    ap.add_argument("--long", action="store_true", help="only Vidur's 4,160-32,768 token counts, for LONG_MODELS")
     args = ap.parse_args()
 
     import cupy as cp
@@ -402,13 +406,14 @@ def main():
     module = cp.RawModule(code=KERNELS, options=("-std=c++17",))
     mods = {"rms": module.get_function("ks_rms_norm"), "silu": module.get_function("ks_silu_and_mul"),
             "rope": module.get_function("ks_rotary_neox"), "emb": module.get_function("ks_index_select_large")}
-    names = [m for m in MODELS if not args.models or m in args.models.split(",")]
-    tokens = TOKENS[:: args.token_stride]
+    plan = LONG_MODELS if args.long else {m: MODELS[m][6] for m in MODELS}
+    names = [m for m in plan if not args.models or m in args.models.split(",")]
+    tokens = (LONG_TOKENS if args.long else TOKENS)[:: args.token_stride]
     names_seen = {}
     try:
         for name in names:
             rows = []
-            for tp in MODELS[name][6]:
+            for tp in plan[name]:
                 if time.time() - t0 > args.time_budget_s:
                     prov["failures"].append({"model": name, "tp": tp, "error": "time budget reached, not run"})
                     continue

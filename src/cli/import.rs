@@ -1,4 +1,4 @@
-//! `kernelsight import aiconfigurator|vidur DIR [--out FILE.csv[.gz]]`: normalizes public
+//! `kernelsight import aiconfigurator|vidur DIR... [--out FILE.csv[.gz]]`: normalizes public
 //! measurement tables into the shared kernel schema and prints rows per GPU and op.
 use crate::ingest::{self, aiconfigurator, curate, vidur, Imported};
 use crate::schema::Op;
@@ -18,8 +18,10 @@ pub enum Source {
 pub struct ImportArgs {
     /// Which public data set DIR holds.
     pub source: Source,
-    /// Folder to search recursively for the data set's tables.
-    pub dir: PathBuf,
+    /// Folders to search recursively for the data set's tables (rows repeated across them are
+    /// collapsed to their median, as within one).
+    #[arg(required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
     /// Write the normalized rows here (shared schema CSV; gzip when the name ends in .gz).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -36,15 +38,19 @@ pub struct ImportArgs {
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
-    let imported = match args.source {
-        Source::Aiconfigurator if args.curated => {
-            let mut all = aiconfigurator::import_dir_where(&args.dir, curate::wants_file)?;
-            all.rows.retain(curate::keep);
-            all
-        }
-        Source::Aiconfigurator => aiconfigurator::import_dir(&args.dir)?,
-        Source::Vidur => vidur::import_dir(&args.dir)?,
-    };
+    let mut imported = Imported::default();
+    for dir in &args.dirs {
+        imported.absorb(match args.source {
+            Source::Aiconfigurator if args.curated => {
+                let mut all = aiconfigurator::import_dir_where(dir, curate::wants_file)?;
+                all.rows.retain(curate::keep);
+                all
+            }
+            Source::Aiconfigurator => aiconfigurator::import_dir(dir)?,
+            Source::Vidur => vidur::import_dir(dir)?,
+        });
+    }
+    imported.rows = ingest::aggregate_median(imported.rows);
     let imported = select(imported, &args.ops, args.source_label.as_deref())?;
     print_summary(&imported);
     if let Some(out) = &args.out {
