@@ -115,7 +115,12 @@ proptest! {
             prop_assert_eq!((r.prompt_tokens, r.output_tokens), (spec.prompt_tokens, spec.output_tokens));
             if let Some(why) = r.rejected {
                 let total = spec.prompt_tokens + spec.output_tokens;
-                let fits_kv = cfg.kv_layout.pages((total as u64).div_ceil(cfg.engine.block_size as u64) as u32) <= cfg.num_gpu_blocks as u64;
+                // Under the engine's block growth (transformers' rule over-allocates a block at
+                // every growth, so a request can need more blocks than its tokens fill).
+                let e = &cfg.engine;
+                let chunk = if e.chunked_prefill { e.max_num_batched_tokens } else { spec.prompt_tokens };
+                let blocks = e.block_growth.lifetime_blocks(spec.prompt_tokens, total as u64, chunk, e.block_size);
+                let fits_kv = cfg.kv_layout.pages(blocks as u32) <= cfg.num_gpu_blocks as u64;
                 let fits_step = cfg.engine.chunked_prefill || total <= cfg.engine.max_num_batched_tokens;
                 prop_assert!(total > cfg.max_model_len || !fits_kv || !fits_step, "rejected without cause: {}", why);
             } else {

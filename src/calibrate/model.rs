@@ -61,11 +61,12 @@ impl Base {
 const FLOORS_US: [f64; 14] = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 128.0, 256.0];
 
 /// Two-resource base of one streaming kernel library, fitted on several GPUs together:
-/// `latency_us + inv_dram_efficiency * bytes / DRAM bandwidth + sm_cycles_per_byte * bytes /
-/// (SM count x SM clock)`. Vidur's one-block-per-row elementwise kernels run at 33-58 % of HBM
-/// bandwidth and their floors and wave steps follow SM count x clock, so neither resource alone
-/// transfers between GPUs whose DRAM bytes per SM cycle differ (A40's GDDR6 4.8, H100 12.8,
-/// A100 13.4); GPUs far apart on that balance pin down both coefficients.
+/// `latency_us + max(inv_dram_efficiency * bytes / DRAM bandwidth, sm_cycles_per_byte * bytes /
+/// (SM count x SM clock))`, a roofline of the two resources. Vidur's one-block-per-row
+/// elementwise kernels take H100's time on the H200 (same SMs and clock, 1.43x the bandwidth)
+/// and A100's over 1.72 (its SMs x clock), while A40's GDDR6 holds them to its bandwidth: which
+/// resource binds depends on the GPU's DRAM bytes per SM cycle (A40 4.8, H100 12.8, A100 13.4,
+/// H200 18.4), and GPUs far apart on that balance pin down both coefficients.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TwoResourceBase {
     pub latency_us: f64,
@@ -88,16 +89,15 @@ fn sm_cycles_per_s(gpu: &GpuSpec) -> f64 {
 
 impl TwoResourceBase {
     pub fn time_us(&self, bytes: f64, gpu: &GpuSpec) -> f64 {
-        self.latency_us
-            + 1e6 * bytes * (self.inv_dram_efficiency / gpu.hbm_bytes_per_s() + self.sm_cycles_per_byte / sm_cycles_per_s(gpu))
+        self.latency_us + 1e6 * bytes * (self.inv_dram_efficiency / gpu.hbm_bytes_per_s()).max(self.sm_cycles_per_byte / sm_cycles_per_s(gpu))
     }
 
     /// Robust fit on `(bytes, gpu, measured us)` rows; None unless the GPUs spread at least
     /// `MIN_BALANCE_SPREAD` in DRAM bytes per SM cycle. As `Base::fit`, over a grid: latency on
-    /// the floor grid, the share of the issue term in 32 steps (the terms normalized to agree
-    /// at the rows' median balance), the scale the median of `(t - l) / mix`; the triple with
-    /// the smallest mean over GPUs of each GPU's median absolute log error wins (every GPU
-    /// counts once, however many rows it has).
+    /// the floor grid, the ratio of the issue term to the DRAM term in quarter octaves over 16x
+    /// either way of the rows' median balance (and each term alone), the scale the median of
+    /// `(t - l) / max(...)`; the triple with the smallest mean over GPUs of each GPU's median
+    /// absolute log error wins (every GPU counts once, however many rows it has).
     pub fn fit(points: &[(f64, &GpuSpec, f64)]) -> Option<TwoResourceBase> {
         let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, (_, g, _)) in points.iter().enumerate() {
@@ -112,11 +112,15 @@ impl TwoResourceBase {
         let terms: Vec<(f64, f64)> = points.iter().map(|(b, g, _)| (1e6 * b / g.hbm_bytes_per_s(), 1e6 * b / sm_cycles_per_s(g))).collect();
         let mut scale: Vec<f64> = terms.iter().filter(|(_, i)| *i > 0.0).map(|(d, i)| d / i).collect();
         let k = median(&mut scale)?;
+        // (DRAM weight, issue weight) per unit scale: DRAM alone, 33 mixes, issue alone.
+        let weights: Vec<(f64, f64)> = std::iter::once((1.0, 0.0))
+            .chain((0..=32).map(|s| (1.0, k * 2f64.powf((s as f64 - 16.0) / 4.0))))
+            .chain(std::iter::once((0.0, k)))
+            .collect();
         let mut best: Option<(f64, TwoResourceBase)> = None;
         for &l in &FLOORS_US {
-            for step in 0..=32 {
-                let share = step as f64 / 32.0;
-                let mix = |(d, i): (f64, f64)| (1.0 - share) * d + share * k * i;
+            for &(wd, wi) in &weights {
+                let mix = |(d, i): (f64, f64)| (wd * d).max(wi * i);
                 let mut ratios: Vec<f64> =
                     points.iter().zip(&terms).filter(|((_, _, t), tm)| *t > l && mix(**tm) > 0.0).map(|((_, _, t), tm)| (t - l) / mix(*tm)).collect();
                 let Some(c) = median(&mut ratios) else { continue };
@@ -129,8 +133,7 @@ impl TwoResourceBase {
                     .collect();
                 let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
                 if best.map_or(true, |(e, _)| err < e) {
-                    let base = TwoResourceBase { latency_us: l, inv_dram_efficiency: c * (1.0 - share), sm_cycles_per_byte: c * share * k };
-                    best = Some((err, base));
+                    best = Some((err, TwoResourceBase { latency_us: l, inv_dram_efficiency: c * wd, sm_cycles_per_byte: c * wi }));
                 }
             }
         }
@@ -773,7 +776,8 @@ mod tests {
         use crate::hardware::load_gpu;
         use crate::perf::sol::sol;
         // rmsnorm by one library on H100 (12.8 DRAM bytes per SM cycle) and A40 (4.8):
-        // t = 2 us + 0.8 x bytes / DRAM bandwidth + 0.1 SM cycles per byte.
+        // t = 2 us + max(0.8 x bytes / DRAM bandwidth, 0.1 SM cycles per byte): issue-bound on
+        // H100, DRAM-bound on A40, so each GPU pins one coefficient.
         let truth = TwoResourceBase { latency_us: 2.0, inv_dram_efficiency: 0.8, sm_cycles_per_byte: 0.1 };
         let (h100, a40, a100) = (load_gpu("h100_sxm").unwrap(), load_gpu("a40").unwrap(), load_gpu("a100_sxm").unwrap());
         let kernel = |t: u64, h: u64| Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
@@ -792,7 +796,7 @@ mod tests {
         let mut m = OpModel::fit(Op::Rmsnorm, &refs, &spec, &FitParams::default());
         let b = m.two_resource["vidur/rmsnorm"];
         assert_eq!(b.latency_us, 2.0, "{b:?}");
-        // The issue share sits on a grid of 32 steps: both coefficients within 3 %.
+        // The ratio of the terms sits on a quarter-octave grid: both coefficients within 3 % here.
         assert!((b.inv_dram_efficiency / 0.8 - 1.0).abs() < 0.03 && (b.sm_cycles_per_byte / 0.1 - 1.0).abs() < 0.03, "{b:?}");
         // A100, never measured, within 1 % at a large size; the HBM base (H100's bandwidth
         // law) misses it by the A100/H100 gap between SM cycles and bandwidth.

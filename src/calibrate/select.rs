@@ -294,8 +294,8 @@ mod tests {
 
     #[test]
     fn picks_the_two_resource_base_when_it_transfers() {
-        // One law on every GPU, mostly SM-issue-bound: 2 us + 0.3 x bytes / DRAM bandwidth +
-        // 0.2 SM cycles per byte. Left out, A100 (H100) is predicted from H100 (A100) and A40;
+        // One law on every GPU, SM-issue-bound on the HBM GPUs: 2 us + max(0.3 x bytes / DRAM
+        // bandwidth, 0.2 SM cycles per byte). Left out, A100 (H100) is predicted from H100 (A100) and A40;
         // the HBM base scales the other HBM GPU by bandwidth and misses the SM-cycle share.
         let law = TwoResourceBase { latency_us: 2.0, inv_dram_efficiency: 0.3, sm_cycles_per_byte: 0.2 };
         let m = three_balances(|g, bytes| law.time_us(bytes, g));

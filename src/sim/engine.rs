@@ -56,6 +56,31 @@ impl BlockGrowth {
             }
         }
     }
+
+    /// Blocks a request of `tokens` KV tokens holds at the end of its life when its prompt of
+    /// `prompt` tokens arrives in chunks of at most `chunk` and every later token one at a time:
+    /// what admission checks against the pool. `HfPlusOne` over-allocates at every growth, so a
+    /// request can need more blocks than its tokens fill.
+    pub fn lifetime_blocks(self, prompt: u32, tokens: u64, chunk: u32, block_size: u32) -> u64 {
+        let bs = block_size as u64;
+        match self {
+            BlockGrowth::Exact => tokens.div_ceil(bs),
+            BlockGrowth::HfPlusOne => {
+                let (mut have, mut computed) = (0u64, 0u64);
+                let chunk = chunk.max(1) as u64;
+                while computed < (prompt as u64).min(tokens) {
+                    let n = chunk.min(prompt as u64 - computed);
+                    have += self.blocks_to_add(have as u32, computed as u32, n as u32, block_size) as u64;
+                    computed += n;
+                }
+                // Decode: a full table grows by the same amount each time it fills.
+                while have * bs < tokens {
+                    have += self.blocks_to_add(have as u32, (have * bs) as u32, 1, block_size) as u64;
+                }
+                have
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -270,5 +295,22 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let err = format!("{:#}", EngineParams::load(path.to_str().unwrap()).unwrap_err());
         assert!(err.contains("bad.toml") && err.contains("kernel_backends") && err.contains("gemmm") && err.contains("allowed"), "{err}");
+    }
+
+    #[test]
+    fn lifetime_blocks_follow_each_growth_rule() {
+        // One-token blocks, a 109-token prompt in one piece, 119 tokens in all. Exact: 119.
+        // transformers: the prompt takes (109 + 1) / 1 + 1 = 111 blocks, every full table then
+        // grows by (1 + 1) / 1 + 1 = 3: 114, 117, 120.
+        assert_eq!(BlockGrowth::Exact.lifetime_blocks(109, 119, 109, 1), 119);
+        assert_eq!(BlockGrowth::HfPlusOne.lifetime_blocks(109, 119, 109, 1), 120);
+        // 256-token blocks: a 512-token prompt takes three, which hold 256 decoded tokens more.
+        assert_eq!(BlockGrowth::HfPlusOne.lifetime_blocks(512, 768, 512, 256), 3);
+        assert_eq!(BlockGrowth::HfPlusOne.lifetime_blocks(512, 769, 512, 256), 4);
+        // Chunks grow the table once each: 512 tokens in 128-token chunks on 16-token blocks
+        // take (128 + 1) / 16 + 1 = 9 blocks for the first chunk, then 8 per chunk (the
+        // table's one spare block already holds 16 of the next 128): 9 + 3 x 8 = 33.
+        assert_eq!(BlockGrowth::HfPlusOne.lifetime_blocks(512, 512, 128, 16), 33);
+        assert_eq!(BlockGrowth::Exact.lifetime_blocks(512, 512, 128, 16), 32);
     }
 }

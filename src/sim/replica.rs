@@ -446,9 +446,11 @@ impl Replica {
         b.prompt_tokens += prompt_tokens;
     }
 
-    /// Pages a request needs for its whole life (prompt + all but the last output token).
+    /// Pages a request needs for its whole life under the engine's block growth.
     pub fn pages_for(&self, prompt: u32, output: u32) -> u64 {
-        let blocks = (prompt as u64 + output as u64).div_ceil(self.params.block_size as u64);
+        let p = &self.params;
+        let chunk = if p.chunked_prefill { p.max_num_batched_tokens } else { prompt };
+        let blocks = p.block_growth.lifetime_blocks(prompt, prompt as u64 + output as u64, chunk, p.block_size);
         self.layout.pages(blocks.min(u32::MAX as u64) as u32)
     }
 }
