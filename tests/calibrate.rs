@@ -59,7 +59,7 @@ fn small_params() -> FitParams {
 #[test]
 fn held_out_shapes_and_gpus_are_predicted_from_the_physics() {
     let data = synthetic(&["a100_sxm", "h100_sxm", "h200_sxm"]);
-    let rows = validate::validate_kernels(&data, &["h200_sxm".to_string()], &small_params()).unwrap();
+    let rows = validate::validate_kernels(&data, &["h200_sxm".to_string()], &small_params()).unwrap().rows;
     let (pooled, _) = validate::summarize(&rows);
     let target = &pooled[&("target", "gemm".to_string())];
     let cross = &pooled[&("cross-gen", "gemm".to_string())];

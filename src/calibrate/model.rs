@@ -164,6 +164,18 @@ pub enum Form {
     Roofline,
 }
 
+impl Form {
+    /// The name the calibration files use (`serde` kebab case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Form::Learned => "learned",
+            Form::BaseOnly => "base-only",
+            Form::TwoResource => "two-resource",
+            Form::Roofline => "roofline",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OpModel {
     pub op: Op,
@@ -769,6 +781,13 @@ mod tests {
         let k = Kernel { num_tokens: 8192, hidden: 8192, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
         let expected = 4.0 + 3.0 * sol(&k, &a100).sol_us;
         assert!((m.predict_us(&k, &a100, None) - expected).abs() < 1e-6 * expected);
+    }
+
+    #[test]
+    fn form_names_are_the_calibration_files_names() {
+        for f in [Form::Learned, Form::BaseOnly, Form::TwoResource, Form::Roofline] {
+            assert_eq!(serde_json::to_string(&f).unwrap(), format!("\"{}\"", f.as_str()));
+        }
     }
 
     #[test]

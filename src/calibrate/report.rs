@@ -1,7 +1,8 @@
 //! Validation output: terminal/markdown tables, the `--json` object, the per-row CSV, and the
 //! worst shapes with a likely cause.
 
-use super::validate::{stats, summarize, ApeStats, PerGpu, Pooled, ValRow, TIERS};
+use super::model::Form;
+use super::validate::{stats, summarize, ApeStats, FormChoice, PerGpu, Pooled, ValRow, Validation, TIERS};
 use crate::schema::{write_rows, KernelRow};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -162,7 +163,8 @@ pub fn write_csv<W: std::io::Write>(w: W, rows: &[ValRow]) -> Result<()> {
 }
 
 /// The whole markdown report (docs/calibration.md).
-pub fn markdown(rows: &[ValRow], command: &str, data_notes: &str) -> String {
+pub fn markdown(validation: &Validation, command: &str, data_notes: &str) -> String {
+    let rows = &validation.rows;
     let (pooled, per_gpu) = summarize(rows);
     let mut s = String::new();
     let _ = writeln!(s, "# Kernel-time calibration: validation on held-out rows\n");
@@ -190,7 +192,46 @@ pub fn markdown(rows: &[ValRow], command: &str, data_notes: &str) -> String {
     let _ = writeln!(s, "{}", per_gpu_table(&per_gpu));
     let _ = writeln!(s, "## Median APE % per data source\n");
     let _ = writeln!(s, "{}", per_source_table(rows));
+    let _ = writeln!(s, "## Cross-gen model form per held-out GPU\n");
+    let _ = writeln!(s, "{}", forms_table(&validation.forms));
     let _ = writeln!(s, "## Worst shapes\n");
     let _ = writeln!(s, "{}", worst(rows, 3));
+    s
+}
+
+/// The forms the inner leave-one-GPU-out check chose (families trained on few GPUs), with the
+/// mean over its folds of each candidate's median |ln(predicted / measured)|.
+pub fn forms_table(forms: &[FormChoice]) -> String {
+    if forms.is_empty() {
+        return "Every evaluated cross-gen family trained on enough GPUs to keep its trees.\n".to_string();
+    }
+    let mut s = String::from(
+        "Families trained on at most three GPUs pick their form by an inner leave-one-GPU-out over \
+         the training GPUs only; cells are that check's mean median |ln(predicted / measured)| per \
+         candidate (- where the family does not offer it).\n\n\
+         | op | held-out gpu | form | inner folds | learned | base | two-resource | roofline |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut sorted: Vec<&FormChoice> = forms.iter().collect();
+    sorted.sort_by(|a, b| (a.op.as_str(), &a.gpu).cmp(&(b.op.as_str(), &b.gpu)));
+    for f in sorted {
+        let c = &f.inner_check;
+        let offered = super::select::candidates(f.op);
+        let cell = |form: Form, v: Option<f64>| match v {
+            Some(v) if offered.contains(&form) => format!("{v:.3}"),
+            _ => "-".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            f.op.as_str(),
+            f.gpu,
+            f.form.as_str(),
+            c.gpus,
+            cell(Form::Learned, Some(c.learned_log_err)),
+            cell(Form::BaseOnly, Some(c.base_only_log_err)),
+            cell(Form::TwoResource, c.two_resource_log_err),
+            cell(Form::Roofline, Some(c.roofline_log_err)),
+        );
+    }
     s
 }

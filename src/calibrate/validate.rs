@@ -4,12 +4,13 @@
 //! other GPUs only, and the roofline baseline fitted on the other GPUs only.
 
 use super::dataset::{shape_fold, Measurement};
-use super::model::{fit_set, FitParams};
+use super::model::{fit_set, FitParams, Form};
+use super::select::InnerCheck;
 use super::{fit_roofline, Data, MIN_CROSS_GEN_ROWS, MIN_TARGET_ROWS};
 use crate::perf::roofline::RooflineModel;
 use crate::perf::sol::sol;
 use crate::perf::{KernelTimeModel, Tier};
-use crate::schema::Kernel;
+use crate::schema::{Kernel, Op};
 use anyhow::{bail, Result};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -36,12 +37,29 @@ impl ValRow {
     }
 }
 
+/// The form a cross-gen model of one op family took for one held-out GPU, where the inner
+/// leave-one-GPU-out check chose it (families trained on few GPUs).
+#[derive(Debug, Clone)]
+pub struct FormChoice {
+    pub gpu: String,
+    pub op: Op,
+    pub form: Form,
+    pub inner_check: InnerCheck,
+}
+
+/// Validation rows of every tier and the cross-gen forms behind them.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    pub rows: Vec<ValRow>,
+    pub forms: Vec<FormChoice>,
+}
+
 pub fn is_held_out(m: &Measurement) -> bool {
     shape_fold(&m.kernel, FOLDS) == 0
 }
 
 /// Predictions of every tier for the held-out rows of each GPU in `eval_gpus`.
-pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -> Result<Vec<ValRow>> {
+pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -> Result<Validation> {
     let measured = data.gpus();
     for g in eval_gpus {
         if !measured.contains(g) {
@@ -50,12 +68,16 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
     }
     let spec = |g: &str| data.spec(g);
     let mut out = Vec::new();
+    let mut forms = Vec::new();
     for g in eval_gpus {
         let test: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && is_held_out(m)).collect();
         let train_own: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && !is_held_out(m)).collect();
         let others: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu != g).collect();
         let target = fit_set("target", &train_own, None, &spec, params, MIN_TARGET_ROWS);
         let cross = fit_set("cross-gen", &others, Some(g), &spec, params, MIN_CROSS_GEN_ROWS);
+        forms.extend(cross.ops.iter().filter_map(|(op, om)| {
+            om.inner_check.map(|inner_check| FormChoice { gpu: g.clone(), op: *op, form: om.form, inner_check })
+        }));
         let roof = RooflineModel { gpu: data.spec(g).clone(), params: fit_roofline(&others, &|x| data.spec(x).clone()).params };
         let gpu = data.spec(g);
         let rows: Vec<ValRow> = test
@@ -87,7 +109,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
             .collect();
         out.extend(rows);
     }
-    Ok(out)
+    Ok(Validation { rows: out, forms })
 }
 
 /// Error statistics of one group of validation rows.

@@ -66,8 +66,9 @@ fn kernels(args: KernelsArgs) -> Result<()> {
             calibrate::LOGO_GPUS.iter().filter(|g| measured.iter().any(|m| m == *g)).map(|g| g.to_string()).collect()
         }
     };
-    let rows = validate::validate_kernels(&data, &eval, &args.fit.params())?;
-    let (pooled, per_gpu) = validate::summarize(&rows);
+    let validation = validate::validate_kernels(&data, &eval, &args.fit.params())?;
+    let rows = &validation.rows;
+    let (pooled, per_gpu) = validate::summarize(rows);
     let command: Vec<String> = std::iter::once("kernelsight".to_string()).chain(std::env::args().skip(1)).collect();
     let command = command.join(" ");
     if args.json {
@@ -80,9 +81,9 @@ fn kernels(args: KernelsArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let f = std::fs::File::create(dir.join("rows.csv")).with_context(|| format!("creating {}/rows.csv", dir.display()))?;
-        report::write_csv(std::io::BufWriter::new(f), &rows)?;
+        report::write_csv(std::io::BufWriter::new(f), rows)?;
         std::fs::write(dir.join("summary.json"), serde_json::to_string_pretty(&report::json(&pooled))? + "\n")?;
-        calibrate::plot::predicted_vs_measured(dir, "predicted_vs_measured", &rows)?;
+        calibrate::plot::predicted_vs_measured(dir, "predicted_vs_measured", rows)?;
         eprintln!("wrote {0}/rows.csv, {0}/summary.json, {0}/predicted_vs_measured.png and .svg", dir.display());
     }
     if let Some(md) = &args.markdown {
@@ -92,7 +93,7 @@ fn kernels(args: KernelsArgs) -> Result<()> {
             data.rows.len(),
             data.gpus().join(", ")
         );
-        std::fs::write(md, report::markdown(&rows, &command, &notes)).with_context(|| format!("writing {}", md.display()))?;
+        std::fs::write(md, report::markdown(&validation, &command, &notes)).with_context(|| format!("writing {}", md.display()))?;
         eprintln!("wrote {}", md.display());
     }
     Ok(())
