@@ -390,6 +390,8 @@ def main():
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
     ap.add_argument("--token-stride", type=int, default=1, help="use every n-th grid token count")
     ap.add_argument("--long", action="store_true", help="only Vidur's 4,160-32,768 token counts, for LONG_MODELS")
+    ap.add_argument("--model-file", help="JSON {name: [n_head, n_kv_head, n_embd, n_expanded_embd, vocab_size, "
+                    "gated, [tp, ...]]}: time these models instead of Vidur's")
     args = ap.parse_args()
 
     import cupy as cp
@@ -406,7 +408,13 @@ def main():
     module = cp.RawModule(code=KERNELS, options=("-std=c++17",))
     mods = {"rms": module.get_function("ks_rms_norm"), "silu": module.get_function("ks_silu_and_mul"),
             "rope": module.get_function("ks_rotary_neox"), "emb": module.get_function("ks_index_select_large")}
-    plan = LONG_MODELS if args.long else {m: MODELS[m][6] for m in MODELS}
+    if args.model_file:
+        with open(args.model_file) as f:
+            extra = {name: (*v[:6], tuple(v[6])) for name, v in json.load(f).items()}
+        MODELS.update(extra)
+        plan = {m: MODELS[m][6] for m in extra}
+    else:
+        plan = LONG_MODELS if args.long else {m: MODELS[m][6] for m in MODELS}
     names = [m for m in plan if not args.models or m in args.models.split(",")]
     tokens = (LONG_TOKENS if args.long else TOKENS)[:: args.token_stride]
     names_seen = {}
