@@ -176,4 +176,6 @@ fn committed_h200_replica_rows_come_from_its_raw_files() {
     let raw = root.join("vidur_replica");
     assert_reproduces(std::slice::from_ref(&raw), &[Op::Rmsnorm, Op::Rope, Op::SiluMul, Op::Add], &root.join("h200_sxm_vidur_ops.csv"));
     assert_reproduces(&[raw.join("call2"), raw.join("call3")], &[Op::Embedding], &root.join("h200_sxm_vidur_embedding.csv"));
+    let blind = [root.join("vidur_blind")];
+    assert_reproduces(&blind, &[Op::Rmsnorm, Op::Rope, Op::SiluMul, Op::Add, Op::Embedding], &root.join("h200_sxm_vidur_blind.csv"));
 }

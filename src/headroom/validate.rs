@@ -131,7 +131,7 @@ pub fn best_efficiency(rows: &[KernelRow], gpu: &GpuSpec) -> BTreeMap<OpClass, (
     let mut best: BTreeMap<OpClass, (f64, f64)> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.gpu.as_deref() == Some(gpu.id.as_str())) {
         let Some(measured) = r.latency_us else { continue };
-        if known_anomaly(r).is_some() || is_producer_warm(r) {
+        if known_anomaly(r).is_some() || timed_vidur_way(r) {
             continue;
         }
         let s = hard_sol(&r.kernel, gpu);
@@ -144,8 +144,10 @@ pub fn best_efficiency(rows: &[KernelRow], gpu: &GpuSpec) -> BTreeMap<OpClass, (
     best
 }
 
-/// Rows timed inside a producer-consumer chain without an L2 flush (Vidur's method).
-fn is_producer_warm(r: &KernelRow) -> bool {
+/// Rows timed Vidur's way: CUPTI kernel durations inside a producer-consumer chain without an L2
+/// flush. Neither their traffic efficiency (warm inputs) nor their times (no launch gap, unlike a
+/// graph replay's per-launch time) bound a cold kernel in a stream.
+pub fn timed_vidur_way(r: &KernelRow) -> bool {
     r.backend.as_deref().is_some_and(|b| b == crate::ingest::vidur::SOURCE || b.starts_with("vidur/"))
 }
 
