@@ -146,11 +146,7 @@ fn errors_name_file_and_column() {
 
 /// Rows of the `raw` folders (imported as `import vidur` does) for `ops`, against a committed CSV.
 fn assert_reproduces(raw: &[PathBuf], ops: &[Op], committed: &Path) {
-    let mut imported = kernelsight::ingest::Imported::default();
-    for dir in raw {
-        imported.absorb(vidur::import_dir(dir).unwrap());
-    }
-    imported.rows = kernelsight::ingest::aggregate_median(imported.rows);
+    let imported = kernelsight::ingest::import_dirs(raw, vidur::import_dir).unwrap();
     assert!(imported.rows.iter().all(|r| r.gpu.as_deref() == Some("h200_sxm")));
     let key = |r: &KernelRow| (format!("{:?}", r.kernel), r.latency_us.unwrap());
     let mut from_raw: Vec<(String, f64)> = imported.rows.iter().filter(|r| ops.contains(&r.kernel.op)).map(key).collect();

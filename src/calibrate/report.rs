@@ -235,3 +235,26 @@ pub fn forms_table(forms: &[FormChoice]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::select::InnerCheck;
+    use crate::schema::Op;
+
+    #[test]
+    fn forms_table_shows_only_the_candidates_a_family_offers() {
+        let inner_check = InnerCheck { gpus: 2, learned_log_err: 0.5, base_only_log_err: 0.25, roofline_log_err: 0.75, two_resource_log_err: Some(0.125) };
+        let forms = [
+            FormChoice { gpu: "h200_sxm".into(), op: Op::Rmsnorm, form: Form::TwoResource, inner_check },
+            FormChoice { gpu: "a100_sxm".into(), op: Op::P2p, form: Form::BaseOnly, inner_check: InnerCheck { two_resource_log_err: None, ..inner_check } },
+        ];
+        let t = forms_table(&forms);
+        // Elementwise offers two-resource, base and roofline, not the trees; collectives trees and base.
+        assert!(t.contains("| rmsnorm | h200_sxm | two-resource | 2 | - | 0.250 | 0.125 | 0.750 |"), "{t}");
+        assert!(t.contains("| p2p | a100_sxm | base-only | 2 | 0.500 | 0.250 | - | - |"), "{t}");
+        // Sorted by op name: p2p before rmsnorm.
+        assert!(t.find("| p2p").unwrap() < t.find("| rmsnorm").unwrap());
+        assert!(forms_table(&[]).contains("keep its trees"));
+    }
+}

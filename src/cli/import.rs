@@ -19,7 +19,7 @@ pub struct ImportArgs {
     /// Which public data set DIR holds.
     pub source: Source,
     /// Folders to search recursively for the data set's tables (rows repeated across them are
-    /// collapsed to their median, as within one).
+    /// collapsed to the median of each folder's medians).
     #[arg(required = true, num_args = 1..)]
     pub dirs: Vec<PathBuf>,
     /// Write the normalized rows here (shared schema CSV; gzip when the name ends in .gz).
@@ -38,19 +38,16 @@ pub struct ImportArgs {
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
-    let mut imported = Imported::default();
-    for dir in &args.dirs {
-        imported.absorb(match args.source {
-            Source::Aiconfigurator if args.curated => {
-                let mut all = aiconfigurator::import_dir_where(dir, curate::wants_file)?;
-                all.rows.retain(curate::keep);
-                all
-            }
-            Source::Aiconfigurator => aiconfigurator::import_dir(dir)?,
-            Source::Vidur => vidur::import_dir(dir)?,
-        });
-    }
-    imported.rows = ingest::aggregate_median(imported.rows);
+    let curated = args.curated;
+    let imported = ingest::import_dirs(&args.dirs, |dir| match args.source {
+        Source::Aiconfigurator if curated => {
+            let mut all = aiconfigurator::import_dir_where(dir, curate::wants_file)?;
+            all.rows.retain(curate::keep);
+            Ok(all)
+        }
+        Source::Aiconfigurator => aiconfigurator::import_dir(dir),
+        Source::Vidur => vidur::import_dir(dir),
+    })?;
     let imported = select(imported, &args.ops, args.source_label.as_deref())?;
     print_summary(&imported);
     if let Some(out) = &args.out {

@@ -47,6 +47,17 @@ impl Imported {
     }
 }
 
+/// Imports every folder of `dirs` with `import_dir` and collapses rows repeated across them to
+/// the median of the folders' medians (each folder's import already aggregates its own).
+pub fn import_dirs(dirs: &[PathBuf], import_dir: impl Fn(&Path) -> Result<Imported>) -> Result<Imported> {
+    let mut all = Imported::default();
+    for dir in dirs {
+        all.absorb(import_dir(dir)?);
+    }
+    all.rows = aggregate_median(all.rows);
+    Ok(all)
+}
+
 /// Builds a measured row with the standard provenance and `kernel` column.
 pub fn measured(
     kernel: crate::schema::Kernel,
