@@ -8,7 +8,7 @@ Prints per op and tier: count, median / p90 / max APE %. Standard library only.
 import csv
 import sys
 
-SHAPE = ("op", "num_heads", "num_kv_heads", "head_dim", "num_tokens", "hidden")
+SHAPE = ("op", "num_heads", "num_kv_heads", "head_dim", "num_tokens", "hidden", "inter", "topk", "num_experts", "tp")
 
 
 def key(r):

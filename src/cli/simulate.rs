@@ -53,6 +53,11 @@ pub struct SimulateArgs {
     /// Share of GPU memory the engine may use (weights + activations + KV cache).
     #[arg(long, allow_hyphen_values = true)]
     pub gpu_memory_utilization: Option<f64>,
+    /// Kernel library of one op family, `OP=PREFIX[,PREFIX...]` (repeatable): replaces the
+    /// engine's `[kernel_backends]` entry for OP, e.g. vLLM's Marlin MXFP4 experts under
+    /// VLLM_MXFP4_USE_MARLIN=1: `moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin`.
+    #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
+    pub kernel_backends: Vec<String>,
     /// Pin the KV block count per replica (e.g. the count an engine logged) instead of deriving it.
     /// For a model mixing full and sliding-window layers, the pages over all KV groups (vLLM's
     /// and transformers' hybrid pool: a block per group).
@@ -91,6 +96,19 @@ fn positive(flag: &str, v: i64) -> Result<u32> {
         bail!("--{flag} must be a positive integer, got {v}");
     }
     Ok(v as u32)
+}
+
+/// `OP=PREFIX[,PREFIX...]` of `--kernel-backend` (the op name is checked with the engine's
+/// other `[kernel_backends]` entries).
+fn parse_kernel_backend(spec: &str) -> Result<(String, Vec<String>)> {
+    let Some((op, list)) = spec.split_once('=') else {
+        bail!("--kernel-backend '{spec}': expected OP=PREFIX[,PREFIX...], e.g. moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin");
+    };
+    let prefixes: Vec<String> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+    if op.trim().is_empty() || prefixes.is_empty() {
+        bail!("--kernel-backend '{spec}': both the op and at least one library prefix are needed");
+    }
+    Ok((op.trim().to_string(), prefixes))
 }
 
 /// Everything a run needs, resolved from the flags.
@@ -132,6 +150,10 @@ impl SimulateArgs {
                 bail!("--gpu-memory-utilization must be in (0, 1], got {v}");
             }
             engine.gpu_memory_utilization = v;
+        }
+        for spec in &self.kernel_backends {
+            let (op, prefixes) = parse_kernel_backend(spec)?;
+            engine.kernel_backends.insert(op, crate::sim::engine::Backends::Many(prefixes));
         }
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;

@@ -210,12 +210,15 @@ pub const INFERENCEMAX_CLIENT_TURNAROUND_MS: f64 = 1.0;
 /// fp8`, `no-enable-prefix-caching`, `max-num-batched-tokens: 8192`; `gptoss_fp4_h100.sh`: the
 /// same without the fp8 KV cache. Both also set `async-scheduling` (host work overlapped with
 /// the GPU: not modelled) and `--max-num-seqs $CONC` (no limit in a closed loop of CONC
-/// clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1` (Marlin experts, which no table
-/// measured on H100 for gpt-oss's shape: the profile's default Triton kernel stands in).
+/// clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1`: vLLM's Marlin MXFP4 experts instead of
+/// the Triton `matmul_ogs` ones its profile names (measured at gpt-oss's shapes on the H200 by
+/// `microbench/vllm_marlin_moe.py`, L40S by aiconfigurator; predicted for the H100 from those).
 pub fn inferencemax_server_flags(model: &str, gpu: &str, engine: &str) -> &'static [&'static str] {
     match (model, gpu, engine) {
         ("llama-3.1-70b", "h100_sxm", "vllm") => &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192"],
-        ("gpt-oss-120b", "h100_sxm", "vllm") => &["--prefix-caching", "false", "--max-num-batched-tokens", "8192"],
+        ("gpt-oss-120b", "h100_sxm", "vllm") => {
+            &["--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]
+        }
         _ => &[],
     }
 }
