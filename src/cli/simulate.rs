@@ -50,6 +50,9 @@ pub struct SimulateArgs {
     /// Prefix caching on/off.
     #[arg(long)]
     pub prefix_caching: Option<bool>,
+    /// vLLM's async scheduling on/off: host work of the next step overlaps the GPU's current one.
+    #[arg(long)]
+    pub async_scheduling: Option<bool>,
     /// Share of GPU memory the engine may use (weights + activations + KV cache).
     #[arg(long, allow_hyphen_values = true)]
     pub gpu_memory_utilization: Option<f64>,
@@ -144,6 +147,9 @@ impl SimulateArgs {
         }
         if let Some(v) = self.prefix_caching {
             engine.prefix_caching = v;
+        }
+        if let Some(v) = self.async_scheduling {
+            engine.async_scheduling = v;
         }
         if let Some(v) = self.gpu_memory_utilization {
             if !(v > 0.0 && v <= 1.0) {

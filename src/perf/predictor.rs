@@ -59,6 +59,8 @@ pub struct Predictor {
     launches_per_op: BTreeMap<crate::schema::Op, u32>,
     /// The engine runs q/k/v, gate/up and the q/k norms as separate modules (`EngineParams::separate_modules`).
     separate_modules: bool,
+    /// The host prepares step n+1 while the GPU runs step n (`EngineParams::async_scheduling`).
+    async_scheduling: bool,
     /// The experts library was measured with the graph's padding rows in (see `step_tokens`).
     experts_padded: bool,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
@@ -92,6 +94,7 @@ impl Predictor {
             unfused: Default::default(),
             launches_per_op: Default::default(),
             separate_modules: false,
+            async_scheduling: false,
             experts_padded: false,
             sdpa_plans: None,
             cache_groups: model.kv_cache_groups_by_kind(),
@@ -135,6 +138,7 @@ impl Predictor {
         p.launches_per_op = engine.op_launches()?;
         p.launches_per_op.extend(measured);
         p.separate_modules = engine.separate_modules;
+        p.async_scheduling = engine.async_scheduling;
         p.experts_padded = experts_padded;
         // Sink models run transformers' eager math attention instead of SDPA.
         if engine.cuda_graphs.is_none() && engine.attention_impl == AttentionImpl::PackedSdpa && !model.attention_sinks {
@@ -328,7 +332,10 @@ impl Predictor {
         let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
         let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
         let gpu_us = cost.total_us;
-        let wall_us = self.host.step_us(gpu_us, &self.step_load(seqs, launches));
+        let load = self.step_load(seqs, launches);
+        // Overlapped host work hides behind the GPU's step (and the GPU waits for it when it is
+        // longer); otherwise the host's share adds to the step.
+        let wall_us = if self.async_scheduling { gpu_us.max(self.host.step_us(0.0, &load)) } else { self.host.step_us(gpu_us, &load) };
         cost.add_class("host", wall_us - gpu_us);
         if self.register_sdpa_plan(seqs) {
             cost.add_class("host", self.host.sdpa_plan_us);
@@ -475,6 +482,25 @@ mod tests {
         let eager = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
         let unpadded = eager.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 100 }]);
         assert_eq!(unpadded.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap().instance.kernel.num_tokens, 1);
+    }
+
+    #[test]
+    fn async_scheduling_hides_host_work_behind_the_gpu_step() {
+        let (m, g) = llama();
+        let dep = Deployment::default();
+        let at = |per_step_us: f64, async_scheduling: bool| {
+            let engine = crate::sim::engine::EngineParams { async_scheduling, ..crate::sim::engine::EngineParams::load("vllm").unwrap() };
+            let km = super::super::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
+            let host = HostOverhead { per_step_us, ..HostOverhead::zero() };
+            Predictor::for_engine(&m, &g, &dep, km, &engine, host, 98304).unwrap().step_time(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 8])
+        };
+        let gpu = at(0.0, false).total_us;
+        assert!(gpu > 100.0);
+        // Serial: the host's share adds to the GPU's.
+        assert!((at(0.5 * gpu, false).total_us - 1.5 * gpu).abs() < 1e-6 * gpu);
+        // Overlapped: shorter host work is hidden, longer host work sets the step.
+        assert!((at(0.5 * gpu, true).total_us - gpu).abs() < 1e-6 * gpu);
+        assert!((at(2.0 * gpu, true).total_us - 2.0 * gpu).abs() < 1e-6 * gpu);
     }
 
     #[test]

@@ -131,6 +131,11 @@ pub struct EngineParams {
     pub admission_free_fraction: f64,
     #[serde(default)]
     pub block_growth: BlockGrowth,
+    /// vLLM's `async-scheduling`: the scheduler and input preparation of step n+1 run on the
+    /// host while the GPU executes step n, so a step lasts max(GPU time, host time) instead of
+    /// their sum. Off by default, as in vLLM <= 0.11's server.
+    #[serde(default)]
+    pub async_scheduling: bool,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.

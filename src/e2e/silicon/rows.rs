@@ -208,16 +208,18 @@ pub const INFERENCEMAX_CLIENT_TURNAROUND_MS: f64 = 1.0;
 /// `vllm serve` settings of InferenceX's H100 recipes (SemiAnalysisAI/InferenceX `benchmarks/`)
 /// that the simulator models, as `simulate` flags. `70b_fp8_h100_slurm.sh`: `kv-cache-dtype:
 /// fp8`, `no-enable-prefix-caching`, `max-num-batched-tokens: 8192`; `gptoss_fp4_h100.sh`: the
-/// same without the fp8 KV cache. Both also set `async-scheduling` (host work overlapped with
-/// the GPU: not modelled) and `--max-num-seqs $CONC` (no limit in a closed loop of CONC
-/// clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1`: vLLM's Marlin MXFP4 experts instead of
+/// same without the fp8 KV cache. Both also set `async-scheduling` (the host's step work
+/// overlapped with the GPU's: `--async-scheduling true`) and `--max-num-seqs $CONC` (no limit in
+/// a closed loop of CONC clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1`: vLLM's Marlin MXFP4 experts instead of
 /// the Triton `matmul_ogs` ones its profile names (measured at gpt-oss's shapes on the H200 by
 /// `microbench/vllm_marlin_moe.py`, L40S by aiconfigurator; predicted for the H100 from those).
 pub fn inferencemax_server_flags(model: &str, gpu: &str, engine: &str) -> &'static [&'static str] {
     match (model, gpu, engine) {
-        ("llama-3.1-70b", "h100_sxm", "vllm") => &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192"],
+        ("llama-3.1-70b", "h100_sxm", "vllm") => {
+            &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true"]
+        }
         ("gpt-oss-120b", "h100_sxm", "vllm") => {
-            &["--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]
+            &["--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true", "--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]
         }
         _ => &[],
     }
