@@ -107,6 +107,14 @@ impl KernelArgs {
     }
 }
 
+/// Error when no library the model measured for `op` starts with `prefix`.
+fn check_library(model: &KernelModel, op: crate::schema::Op, prefix: &str, dtype: crate::schema::Dtype, gpu: &crate::hardware::GpuSpec) -> Result<()> {
+    match model.unknown_library(op, &[prefix.to_string()], dtype) {
+        Some(known) => bail!("backend '{prefix}': no {} library calibrated for {} ({}) starts with it; allowed: {}", op.as_str(), gpu.id, model.tier_used().as_str(), known.join(", ")),
+        None => Ok(()),
+    }
+}
+
 pub fn run(args: KernelArgs) -> Result<()> {
     let gpu = load_gpu(&args.gpu)?;
     let model = KernelModel::load(&gpu, args.tier)?;
@@ -115,7 +123,13 @@ pub fn run(args: KernelArgs) -> Result<()> {
     }
     if let Some(input) = &args.input {
         let rows = read_rows(input)?;
-        // A row's own backend column (if any) picks the kernel library, else --backend.
+        // A row's own backend column (if any) picks the kernel library, else --backend; one the
+        // model never measured is an error, not a silent switch to the op's default library.
+        for (i, r) in rows.iter().enumerate() {
+            if let Some(b) = r.backend.as_deref().or(args.backend.as_deref()) {
+                check_library(&model, r.kernel.op, b, r.kernel.dtype, &gpu).with_context(|| format!("{}: data row {}", input.display(), i + 1))?;
+            }
+        }
         let preds: Vec<(f64, f64)> = rows
             .iter()
             .map(|r| (sol(&r.kernel, &gpu).sol_us, model.predict_us_with(&r.kernel, r.backend.as_deref().or(args.backend.as_deref()))))
@@ -134,6 +148,9 @@ pub fn run(args: KernelArgs) -> Result<()> {
     let Some(op) = args.op else { bail!("give --op (and its shape fields) or --input shapes.csv") };
     let k = args.kernel(op);
     k.validate()?;
+    if let Some(b) = &args.backend {
+        check_library(&model, op, b, k.dtype, &gpu)?;
+    }
     let s = sol(&k, &gpu);
     let predicted_us = model.predict_us_with(&k, args.backend.as_deref());
     if args.json {

@@ -157,8 +157,10 @@ impl SimulateArgs {
             }
             engine.gpu_memory_utilization = v;
         }
+        let mut named = Vec::new();
         for spec in &self.kernel_backends {
             let (op, prefixes) = parse_kernel_backend(spec)?;
+            named.push((spec, op.clone(), prefixes.clone()));
             engine.kernel_backends.insert(op, crate::sim::engine::Backends::Many(prefixes));
         }
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
@@ -176,6 +178,13 @@ impl SimulateArgs {
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
         let km = KernelModel::load(&gpu, tier)?;
+        // A library the user names must be one the kernel model measured, not a silent fallback.
+        for (spec, op, prefixes) in &named {
+            let op: crate::schema::Op = op.parse().with_context(|| format!("--kernel-backend '{spec}'"))?;
+            if let Some(known) = km.unknown_library(op, prefixes, dep.weight_dtype) {
+                bail!("--kernel-backend '{spec}': no {} library calibrated for {} ({}) starts with {}; allowed: {}", op.as_str(), gpu.id, km.tier_used().as_str(), prefixes.join(" or "), known.join(", "));
+            }
+        }
         let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(

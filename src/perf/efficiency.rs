@@ -123,6 +123,20 @@ impl KernelModel {
         self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))
     }
 
+    /// None when one of `prefixes` names a library the calibrated model of `op` measured (or
+    /// `op` runs on the roofline constants, which tell no library apart); else the libraries it
+    /// does know, balanced-routing ones only, for an error message.
+    pub fn unknown_library(&self, op: Op, prefixes: &[String], dtype: Dtype) -> Option<Vec<String>> {
+        let m = self.op_model(op)?;
+        if pick_measured(m, prefixes, dtype).is_some() {
+            return None;
+        }
+        let mut known: Vec<String> = m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())).filter(|c| !c.contains("power_law")).cloned().collect();
+        known.sort();
+        known.dedup();
+        Some(known)
+    }
+
     /// The library (calibrated backend category) `op` is timed by when none is named.
     pub fn default_library(&self, op: Op) -> Option<&str> {
         self.op_model(op).map(|m| m.default_backend.as_str())

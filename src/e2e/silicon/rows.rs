@@ -219,7 +219,7 @@ pub fn inferencemax_server_flags(model: &str, gpu: &str, engine: &str) -> &'stat
             &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true"]
         }
         ("gpt-oss-120b", "h100_sxm", "vllm") => {
-            &["--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true", "--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]
+            &["--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true", "--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin,vllm/w4a16_mxfp4/vllm_compressedtensorsw4a4mxfp4moe_marlin"]
         }
         _ => &[],
     }
