@@ -37,6 +37,7 @@ impl Evaluator for Toy {
             peak_running_seqs: 100,
             predicted_by: "toy".into(),
             stopped_early: false,
+            served_fraction: (10.0 * c.total_gpus() as f64 / rate_per_s).min(1.0),
         })
     }
 }

@@ -136,3 +136,51 @@ fn an_overloaded_run_stops_early_and_a_healthy_one_does_not() {
     let a = e.evaluate_or_stop(&cand(1, 256, None), &calm, 99.0, StopRule::new(&slo, 100)).unwrap();
     assert_eq!(a, e.evaluate(&cand(1, 256, None), &calm, 99.0).unwrap());
 }
+
+#[test]
+fn the_evaluator_runs_each_engine_as_simulate_does() {
+    // `plan` and `capacity` must price a step as `simulate` does for every engine: its kernel
+    // libraries, unfused ops, launches, CUDA-graph padding and captures, eager cuDNN plans
+    // (they once kept only the library table: hf-cudagraph's TPOT came out 5x too fast).
+    use clap::Parser;
+    use kernelsight::cli::simulate::{execute, SimulateArgs};
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+    let g = load_gpu("h200_sxm").unwrap();
+    let m = ModelConfig::load("llama-3.2-3b").unwrap();
+    let w = WorkloadSpec { lengths: Lengths::Uniform { isl: 400, osl: 40, range_ratio: 0.5 }, ..workload(4.0, 60, 0, 0) };
+    let mut tpot_p50_ms = Vec::new();
+    for engine in ["vllm", "sglang", "trtllm", "hf", "hf-cudagraph"] {
+        let params = EngineParams::load(engine).unwrap();
+        let limits = EngineLimits { max_num_seqs: params.max_num_seqs, max_num_batched_tokens: params.max_num_batched_tokens };
+        let e = SimEvaluator::new(m.clone(), std::slice::from_ref(&g), params, Tier::Target, RouterKind::RoundRobin).unwrap();
+        let c = Candidate { gpu: "h200_sxm".into(), dep: Deployment::default(), limits, disagg: None };
+        let got = e.evaluate(&c, &w, 90.0).unwrap();
+        let argv = ["simulate", "--quiet", "--model", "llama-3.2-3b", "--gpu", "h200_sxm", "--engine", engine, "--workload", "uniform",
+            "--isl", "400", "--osl", "40", "--range-ratio", "0.5", "--rate", "4", "--num-requests", "60", "--seed", "3"];
+        let sim = execute(&Cmd::try_parse_from(argv).unwrap().args).unwrap().summary;
+        assert_eq!(got.requests, 60, "{engine}");
+        for (what, a, b) in [("TTFT p90", got.ttft_ms.p90, sim.ttft_ms.p90), ("TPOT p50", got.tpot_ms.p50, sim.tpot_ms.p50), ("E2E p99", got.e2e_ms.p99, sim.e2e_ms.p99)] {
+            assert!((a / b - 1.0).abs() < 1e-9, "{engine} {what}: evaluator {a} ms, simulate {b} ms");
+        }
+        tpot_p50_ms.push(got.tpot_ms.p50);
+    }
+    // The engines differ (transformers' padded attention is several times vLLM's step).
+    assert!(tpot_p50_ms[4] > 3.0 * tpot_p50_ms[0], "{tpot_p50_ms:?}");
+}
+
+#[test]
+fn a_run_shorter_than_its_latency_or_above_the_service_rate_is_overloaded() {
+    // vLLM on one H200 serves roughly 30-100 requests/s of 512/128 tokens. 120 requests at
+    // 1,000/s arrive in 0.12 s, far less than one request's latency: not a sustained rate,
+    // whatever its percentiles say. At 5/s over 24 s the engine keeps up.
+    let e = eval();
+    let burst = e.evaluate(&cand(1, 1024, None), &workload(1000.0, 120, 512, 128), 90.0).unwrap();
+    assert!(burst.overloaded(), "served {}", burst.served_fraction);
+    assert!(burst.overload_note().unwrap().contains("falls behind"));
+    let steady = e.evaluate(&cand(1, 1024, None), &workload(5.0, 120, 512, 128), 90.0).unwrap();
+    assert!(!steady.overloaded(), "served {}", steady.served_fraction);
+}

@@ -21,17 +21,6 @@ pub fn kernel_model_for(gpu: &GpuSpec, tier: Tier) -> anyhow::Result<(Arc<dyn Ke
     Ok((Arc::new(km), note))
 }
 
-/// As `kernel_model_for`, timing each op with the kernel library `engine` runs.
-pub fn kernel_model_for_engine(
-    gpu: &GpuSpec,
-    tier: Tier,
-    engine: &crate::sim::engine::EngineParams,
-) -> anyhow::Result<(Arc<dyn KernelTimeModel>, Option<String>)> {
-    let km = super::efficiency::KernelModel::load(gpu, tier)?.with_op_backends(&engine.op_backends()?);
-    let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
-    Ok((Arc::new(km), note))
-}
-
 /// One row of a step's kernel table.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimedKernel {

@@ -17,6 +17,14 @@ pub struct LoadPoint {
     pub misses: Vec<Miss>,
 }
 
+impl LoadPoint {
+    /// Every target met, and the engine kept up with the load (a finite run can end before
+    /// a growing queue shows in its percentiles).
+    pub fn passes(&self) -> bool {
+        self.misses.is_empty() && !self.outcome.overloaded()
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CapacityResult {
     /// Highest rate found to meet every SLO (None: not even `min_rate_per_s`).
@@ -95,11 +103,11 @@ impl Search<'_> {
     /// Highest passing rate below the lowest failing one (latency is not perfectly monotone
     /// in rate with a finite sample, so a pass above a failure does not count).
     fn bracket(&self) -> (Option<f64>, Option<f64>) {
-        let fail = self.points.iter().filter(|p| !p.misses.is_empty()).map(|p| p.rate_per_s).min_by(f64::total_cmp);
+        let fail = self.points.iter().filter(|p| !p.passes()).map(|p| p.rate_per_s).min_by(f64::total_cmp);
         let pass = self
             .points
             .iter()
-            .filter(|p| p.misses.is_empty() && fail.is_none_or(|f| p.rate_per_s < f))
+            .filter(|p| p.passes() && fail.is_none_or(|f| p.rate_per_s < f))
             .map(|p| p.rate_per_s)
             .max_by(f64::total_cmp);
         (pass, fail)

@@ -2,7 +2,8 @@
 
 use super::capacity::{CapacityResult, LoadPoint};
 use super::search::{Evaluated, PlanResult, RankBy};
-use super::slo::{fmt_percentile, Slo};
+use super::evaluate::Outcome;
+use super::slo::{fmt_percentile, Miss, Slo};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -32,7 +33,7 @@ fn table(out: &mut String, rows: &[&Evaluated], pct: &str) {
     );
     for e in rows {
         let o = &e.outcome;
-        let verdict = if e.misses.is_empty() { "met".to_string() } else { e.misses.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("; ") };
+        let verdict = verdict_long(&e.misses, &e.outcome);
         let _ = writeln!(
             out,
             "  {:<w$}  {:>4}  {:>8}  {:>9.0}  {:>9}  {:>9}  {:>9}  {}",
@@ -142,10 +143,37 @@ pub fn render_plan(header: &[String], r: &PlanResult, capacity: Option<&Capacity
     out
 }
 
+/// Each missed target, and the overload if the engine fell behind; "met" when neither.
+fn verdict_long(misses: &[Miss], o: &Outcome) -> String {
+    let mut parts: Vec<String> = misses.iter().map(|m| m.to_string()).collect();
+    parts.extend(o.overload_note());
+    if parts.is_empty() {
+        "met".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// "TTFT+TPOT missed", "falls behind", "met".
+fn verdict_short(misses: &[Miss], o: &Outcome) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if !misses.is_empty() {
+        parts.push(misses.iter().map(|m| m.metric.to_uppercase()).collect::<Vec<_>>().join("+") + " missed");
+    }
+    if o.overloaded() {
+        parts.push("falls behind".into());
+    }
+    if parts.is_empty() {
+        "met".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// ", TTFT gives out first at 12.3 req/s".
 fn limiting(c: &CapacityResult) -> String {
     match c.first_failing() {
-        Some(p) => format!("; at {:.2} req/s: {}", p.rate_per_s, p.misses.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("; ")),
+        Some(p) => format!("; at {:.2} req/s: {}", p.rate_per_s, verdict_long(&p.misses, &p.outcome)),
         None => String::new(),
     }
 }
@@ -180,22 +208,26 @@ pub fn render_capacity(header: &[String], slo: &Slo, c: &CapacityResult) -> Stri
             let lowest = c.curve.first();
             let _ = writeln!(out, "No rate meets {}.", slo.describe());
             if let Some(p) = lowest {
-                let misses: Vec<String> = p.misses.iter().map(|m| m.to_string()).collect();
-                let _ = writeln!(out, "  even at {:.3} req/s: {}", p.rate_per_s, misses.join("; "));
+                let _ = writeln!(out, "  even at {:.3} req/s: {}", p.rate_per_s, verdict_long(&p.misses, &p.outcome));
             }
         }
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Latency vs load:");
-    let _ = writeln!(out, "  {:>9}  {:>10}  {:>9}  {:>9}  {:>9}  SLO", "req/s", "out tok/s", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E"));
+    let _ = writeln!(
+        out,
+        "  {:>9}  {:>10}  {:>6}  {:>9}  {:>9}  {:>9}  SLO",
+        "req/s", "out tok/s", "served", format!("{pct} TTFT"), format!("{pct} TPOT"), format!("{pct} E2E")
+    );
     for p in &c.curve {
         let o = &p.outcome;
-        let verdict = if p.misses.is_empty() { "met".to_string() } else { p.misses.iter().map(|m| m.metric.to_uppercase()).collect::<Vec<_>>().join("+") + " missed" };
+        let verdict = verdict_short(&p.misses, o);
         let _ = writeln!(
             out,
-            "  {:>9.3}  {:>10.0}  {:>9}  {:>9}  {:>9}  {}",
+            "  {:>9.3}  {:>10.0}  {:>5.0}%  {:>9}  {:>9}  {:>9}  {}",
             p.rate_per_s,
             o.output_tokens_per_s,
+            o.served_fraction * 100.0,
             ms(o.ttft_ms.at_slo),
             ms(o.tpot_ms.at_slo),
             ms(o.e2e_ms.at_slo),

@@ -59,7 +59,7 @@ impl Evaluated {
     /// A stopped run missed a target by construction, even when its partial percentiles
     /// happen to round below it.
     pub fn meets_slo(&self) -> bool {
-        self.misses.is_empty() && !self.outcome.stopped_early
+        self.misses.is_empty() && !self.outcome.stopped_early && !self.outcome.overloaded()
     }
 }
 

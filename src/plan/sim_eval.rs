@@ -9,12 +9,13 @@
 
 use crate::sim::kv::KvLayout;
 use super::candidate::Candidate;
-use super::evaluate::{Evaluator, Outcome, Quantiles, StopRule};
+use super::evaluate::{served_fraction, Evaluator, Outcome, Quantiles, StopRule};
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
 use crate::perf::host::HostOverhead;
-use crate::perf::predictor::{kernel_model_for_engine, Predictor};
+use crate::perf::efficiency::KernelModel;
+use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepCost, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
 use crate::sim::metrics::Histogram;
@@ -54,6 +55,8 @@ struct Watch {
     e2e_us: Histogram,
     output_tokens: u64,
     last_finish_s: f64,
+    /// (arrival_s, finish_s) of every finished request, for `served_fraction`.
+    arrival_finish_s: Vec<(f64, f64)>,
     rejected: BTreeMap<&'static str, u64>,
     stop: Option<StopRule>,
     ttft_misses: u64,
@@ -77,6 +80,7 @@ impl SimObserver for Watch {
         }
         self.output_tokens += r.output_tokens as u64;
         self.last_finish_s = self.last_finish_s.max(r.finish_s);
+        self.arrival_finish_s.push((r.arrival_s, r.finish_s));
         if let Some(rule) = self.stop {
             self.ttft_misses += rule.ttft_ms.is_some_and(|l| r.ttft_ms > l) as u64;
             self.e2e_misses += rule.e2e_ms.is_some_and(|l| r.e2e_ms > l) as u64;
@@ -160,8 +164,12 @@ impl SimEvaluator {
         if blocks == 0 {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
         }
-        let (km, _) = kernel_model_for_engine(gpu, self.tier, &engine)?;
-        Ok((engine, blocks, Predictor::with_kernel_model(&self.model, gpu, &dep, km).with_host_overhead(self.host.clone())))
+        // The same construction as `simulate`: the engine's libraries, unfused ops, launches,
+        // CUDA-graph padding and captures (capped at the pool's pages), async scheduling.
+        let km = KernelModel::load(gpu, self.tier)?;
+        let kv_cap_tokens = blocks as u64 * engine.block_size as u64;
+        let pred = Predictor::for_engine(&self.model, gpu, &dep, km, &engine, self.host.clone(), kv_cap_tokens)?;
+        Ok((engine, blocks, pred))
     }
 
     fn config(&self, engine: EngineParams, blocks: u32, dp: u64, pp: u64) -> SimConfig {
@@ -198,6 +206,7 @@ impl SimEvaluator {
             peak_running_seqs: w.peak_seqs,
             predicted_by: pred.describe(),
             stopped_early: w.stopped,
+            served_fraction: served_fraction(&w.arrival_finish_s),
         })
     }
 
@@ -239,8 +248,10 @@ impl SimEvaluator {
         check_rejections(&decoded.rejected).context("decode pool")?;
         let (mut ttft, mut tpot, mut e2e) = (Histogram::default(), Histogram::default(), Histogram::default());
         let (mut tokens, mut end_s) = (0u64, 0.0f64);
+        let mut arrival_finish_s = Vec::with_capacity(decoded.records.len());
         for r in &decoded.records {
             let arrived = origin[&r.id];
+            arrival_finish_s.push((arrived, r.finish_s));
             ttft.add((r.arrival_s + r.ttft_ms * 1e-3 - arrived) * 1e6);
             e2e.add((r.finish_s - arrived) * 1e6);
             if let Some(t) = r.tpot_ms {
@@ -258,6 +269,7 @@ impl SimEvaluator {
             peak_running_seqs: done.peak_seqs.max(decoded.peak_seqs),
             predicted_by: pred.describe(),
             stopped_early: false,
+            served_fraction: served_fraction(&arrival_finish_s),
         })
     }
 }
