@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Blind predictions for a load sweep plan (plans.json `load_sweep14`), written before the GPU runs.
+
+For each model and workload of the plan, `kernelsight simulate` replays the workload file at each
+tier (the engine's KV cache pinned to the plan's blocks); then `kernelsight capacity` searches the
+highest rate within the plan's SLO. Output: one CSV of per-run predictions and one JSON of the
+capacity answers. Usage (release build):
+  python3 microbench/e2e/load_sweep_predict.py --plan load_sweep14 --slo-ttft-ms 400 --slo-tpot-ms 40 \
+      --percentile 90 --out microbench/plans/load_sweep14
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+BIN = os.path.join(REPO, "target", "release", "kernelsight")
+TIERS = ["target", "cross-gen", "roofline"]
+
+
+def ks(*args):
+    out = subprocess.run([BIN, *args], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--slo-ttft-ms", required=True)
+    ap.add_argument("--slo-tpot-ms", required=True)
+    ap.add_argument("--percentile", default="90")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    with open(os.path.join(HERE, "plans.json")) as f:
+        plan = json.load(f)[a.plan]
+    eng = plan["engine"]
+    blocks = str(eng["kv_capacity_tokens"] // eng["block_size"])
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    rows, capacity = [], []
+    for m in plan["models"]:
+        for run in m["runs"]:
+            wl = os.path.join(HERE, "workloads", run["workload"] + ".csv")
+            for tier in TIERS:
+                j = ks("simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", "hf-cudagraph", "--trace", wl,
+                       "--num-gpu-blocks", blocks, "--tier", tier, "--json")
+                rows.append({"model": m["name"], "workload": run["workload"], "tier": tier,
+                             "ttft_p50_ms": j["ttft_ms"]["p50"], "ttft_p90_ms": j["ttft_ms"]["p90"],
+                             "tpot_p50_ms": j["tpot_ms"]["p50"], "tpot_p90_ms": j["tpot_ms"]["p90"],
+                             "itl_p50_ms": j["itl_ms"]["p50"], "throughput_tok_s": j["throughput_tok_s"],
+                             "duration_s": j["duration_s"]})
+        # The sweep's lengths and arrival pattern (seed 11), its rate searched.
+        for tier in TIERS:
+            j = ks("capacity", "--model", m["name"], "--gpu", "h200_sxm", "--engine", "hf-cudagraph", "--workload", "uniform",
+                   "--isl", "512", "--osl", "128", "--range-ratio", "0.25", "--num-requests", "100", "--seed", "11",
+                   "--slo-ttft-ms", a.slo_ttft_ms, "--slo-tpot-ms", a.slo_tpot_ms, "--percentile", a.percentile,
+                   "--tier", tier, "--json")
+            c = j["capacity"]
+            capacity.append({"model": m["name"], "tier": tier, "max_rate_per_s": c["max_rate_per_s"],
+                             "first_failing_rate_per_s": c["first_failing_rate_per_s"], "slo": j["slo"],
+                             "curve": [{"rate_per_s": p["rate_per_s"], "ttft_p90_ms": p["outcome"]["ttft_ms"]["p90"],
+                                        "tpot_p90_ms": p["outcome"]["tpot_ms"]["p90"],
+                                        "served_fraction": p["outcome"]["served_fraction"]} for p in c["curve"]]})
+    with open(a.out + "_predictions.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    with open(a.out + "_capacity.json", "w") as f:
+        json.dump(capacity, f, indent=1)
+        f.write("\n")
+    for c in capacity:
+        print(f"{c['model']:14s} {c['tier']:9s} capacity {c['max_rate_per_s']} req/s (first failing {c['first_failing_rate_per_s']})")
+
+
+if __name__ == "__main__":
+    main()
