@@ -232,3 +232,40 @@ fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
     let measured = kernelsight::e2e::traces::measured_metrics(run)["tpot_p50"];
     assert!((predicted / measured - 1.0).abs() < 0.2, "TPOT predicted {predicted:.1} ms, measured {measured:.1} ms");
 }
+
+#[test]
+fn load_sweeps_place_the_knee_measured_and_replayed() {
+    // One 100-request list at 2-8 req/s per model (plan load_sweep14). transformers pads each
+    // CUDA-graph step's KV read to 16,384 keys; once the running requests hold more, a decode
+    // step reads 32,768 and takes ~20 ms longer, requests stay longer, and the queue builds:
+    // p90 TPOT jumps between 3 and 4 req/s in both models' measurements.
+    use kernelsight::e2e::load_sweep;
+    use kernelsight::e2e::traces::{measured_metrics, replay, RunResult, METRICS};
+    let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_load_sweep14");
+    let models = load_dir(&dir).unwrap();
+    let mut runs = Vec::new();
+    for m in &models {
+        for run in &m.runs {
+            let measured = measured_metrics(run);
+            let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
+            let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split: "held-out-cudagraph", tier: "target", measured, predicted, ape, evictions: None });
+        }
+    }
+    let sweeps = load_sweep::find(&models, &runs);
+    assert_eq!(sweeps.len(), 2, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
+    for s in &sweeps {
+        let rates: Vec<f64> = s.points.iter().map(|p| p.rate_per_s).collect();
+        assert_eq!(rates, [2.0, 3.0, 4.0, 4.5, 5.0, 6.0, 8.0], "{}", s.model);
+        let at = |r: f64| s.points.iter().find(|p| p.rate_per_s == r).unwrap();
+        assert!(at(4.0).measured_tpot_p90_ms > 1.5 * at(3.0).measured_tpot_p90_ms, "{}: {:?}", s.model, s.points);
+        let cap = s.measured_capacity_per_s.unwrap();
+        assert!((3.0..4.0).contains(&cap), "{}: measured capacity {cap}", s.model);
+        // The replay has the knee too (the padded read doubles), and below it the step time.
+        assert!(at(8.0).predicted_tpot_p90_ms > 2.0 * at(2.0).predicted_tpot_p90_ms, "{}: {:?}", s.model, s.points);
+        let low = at(2.0);
+        assert!((low.predicted_tpot_p90_ms / low.measured_tpot_p90_ms - 1.0).abs() < 0.1, "{}: {low:?}", s.model);
+        assert!(s.predicted_capacity_per_s.is_some(), "{}", s.model);
+    }
+}

@@ -791,6 +791,8 @@ pub struct TracesReport {
     pub summary: BTreeMap<&'static str, BTreeMap<&'static str, BTreeMap<&'static str, ErrorStats>>>,
     /// Runs left out of the error table, with why.
     pub excluded: Vec<(String, String)>,
+    /// Capacity from the load sweeps among the runs, measured vs replayed, per tier.
+    pub load_sweeps: Vec<super::load_sweep::Sweep>,
 }
 
 /// Replays every complete run of the trace folders under each tier and aggregates the errors.
@@ -801,7 +803,8 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
-    let mut report = TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![] };
+    let mut report =
+        TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
     for m in &models {
         for r in m.runs.iter().filter(|r| r.status != "ok") {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
@@ -845,6 +848,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
             report.summary.entry(tier.as_str()).or_default().insert(split, per_metric);
         }
     }
+    report.load_sweeps = super::load_sweep::find(&models, &report.runs);
     Ok(report)
 }
 
@@ -882,6 +886,7 @@ impl TracesReport {
                 s += &format!("    [{}] {} {}: {m} vs {p}\n", r.tier, r.model, r.run);
             }
         }
+        s += &super::load_sweep::render(&self.load_sweeps);
         for (run, why) in &self.excluded {
             s += &format!("  excluded {run}: {why}\n");
         }
