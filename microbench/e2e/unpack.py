@@ -10,7 +10,7 @@
 
 <model_dir> is the model label: its name, with "-L<layers>" appended when the layer count was cut. Every line
 gets "call" (the call's UTC start time) and "plan" fields: a run_id is unique within one call only.
-Usage: python3 microbench/e2e/unpack.py RAW_DIR ROOT
+Usage: python3 microbench/e2e/unpack.py RAW_DIR ROOT [--only PREFIX] [--skip PREFIX]
 """
 import argparse
 import json
@@ -28,7 +28,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("raw")
     ap.add_argument("root")
+    ap.add_argument("--only", help="only the models whose label starts with this prefix (e.g. host-probe)")
+    ap.add_argument("--skip", help="leave out the models whose label starts with this prefix")
     a = ap.parse_args()
+    keep = lambda label: (a.only is None or label.startswith(a.only)) and (a.skip is None or not label.startswith(a.skip))
     with open(os.path.join(a.raw, "env.json")) as f:
         env = json.load(f)
     call = env["started_utc"]
@@ -40,6 +43,8 @@ def main():
 
     for m in read_jsonl(os.path.join(a.raw, "models.jsonl")):
         d = m["model"]  # the harness labels a cut model "<name>-L<layers>"
+        if not keep(d):
+            continue
         os.makedirs(os.path.join(a.root, d), exist_ok=True)
         cfg = m.pop("config_run", None)
         if cfg is not None:
@@ -57,6 +62,8 @@ def main():
             if kind == "runs" and not rec.get("recorded", True):
                 continue
             d = rec["model"]
+            if not keep(d):
+                continue
             os.makedirs(os.path.join(a.root, d), exist_ok=True)
             rec["call"] = call
             rec["plan"] = plan

@@ -79,8 +79,9 @@ pub fn capacity_of(curve: &[(f64, f64)]) -> Option<f64> {
 /// Sweeps among `runs` (replayed runs of `models`): families with at least three rates whose
 /// runs all replay the same request lengths. Families whose lengths differ are not sweeps.
 pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
-    // (model, family) -> rate -> run key, and each run's request lengths.
-    let mut families: BTreeMap<(String, String), BTreeMap<u64, (f64, String)>> = BTreeMap::new();
+    // (model, device call, family) -> rate -> run key, and each run's request lengths. A sweep
+    // is one call's: the engine's host speed moves between calls.
+    let mut families: BTreeMap<(String, String, String), BTreeMap<u64, (f64, String)>> = BTreeMap::new();
     let mut lengths: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
     for m in models {
         for run in m.runs.iter().filter(|r| r.status == "ok") {
@@ -88,11 +89,12 @@ pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
             let mut l: Vec<(u32, u32)> = run.sent.iter().map(|r| (r.prompt_tokens, r.output_tokens)).collect();
             l.sort_unstable();
             lengths.insert(run.key.clone(), l);
-            families.entry((m.label.clone(), family)).or_default().insert(rate.to_bits(), (rate, run.key.clone()));
+            let call = run.key.split('/').next().unwrap_or_default().to_string();
+            families.entry((m.label.clone(), call, family)).or_default().insert(rate.to_bits(), (rate, run.key.clone()));
         }
     }
     let mut out = Vec::new();
-    for ((model, family), by_rate) in families {
+    for ((model, _call, family), by_rate) in families {
         let mut rates: Vec<(f64, String)> = by_rate.into_values().collect();
         if rates.len() < MIN_RATES || rates.iter().any(|(_, k)| lengths[k] != lengths[&rates[0].1]) {
             continue;
