@@ -253,19 +253,24 @@ fn load_sweeps_place_the_knee_measured_and_replayed() {
             runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split: "held-out-cudagraph", tier: "target", measured, predicted, ape, evictions: None });
         }
     }
+    // Each device call's runs form their own sweep: the first call's 7 rates, the third call's
+    // knee region (3-5 req/s); the second call ran 2 rates, no sweep.
     let sweeps = load_sweep::find(&models, &runs);
-    assert_eq!(sweeps.len(), 2, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
+    assert_eq!(sweeps.len(), 4, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
     for s in &sweeps {
         let rates: Vec<f64> = s.points.iter().map(|p| p.rate_per_s).collect();
-        assert_eq!(rates, [2.0, 3.0, 4.0, 4.5, 5.0, 6.0, 8.0], "{}", s.model);
+        assert!(rates == [2.0, 3.0, 4.0, 4.5, 5.0, 6.0, 8.0] || rates == [3.0, 4.0, 4.5, 5.0], "{}: {rates:?}", s.model);
+        let cap = s.measured_capacity_per_s.unwrap();
+        assert!((3.0..4.5).contains(&cap), "{}: measured capacity {cap}", s.model);
+        assert!(s.predicted_capacity_per_s.is_some(), "{}", s.model);
+        if rates.len() < 7 {
+            continue;
+        }
         let at = |r: f64| s.points.iter().find(|p| p.rate_per_s == r).unwrap();
         assert!(at(4.0).measured_tpot_p90_ms > 1.5 * at(3.0).measured_tpot_p90_ms, "{}: {:?}", s.model, s.points);
-        let cap = s.measured_capacity_per_s.unwrap();
-        assert!((3.0..4.0).contains(&cap), "{}: measured capacity {cap}", s.model);
         // The replay has the knee too (the padded read doubles), and below it the step time.
         assert!(at(8.0).predicted_tpot_p90_ms > 2.0 * at(2.0).predicted_tpot_p90_ms, "{}: {:?}", s.model, s.points);
         let low = at(2.0);
         assert!((low.predicted_tpot_p90_ms / low.measured_tpot_p90_ms - 1.0).abs() < 0.1, "{}: {low:?}", s.model);
-        assert!(s.predicted_capacity_per_s.is_some(), "{}", s.model);
     }
 }
