@@ -7,7 +7,10 @@ use std::path::Path;
 /// Writes `pub static NAME: &[(&str, &T)]` over the files under `dir` whose names end in one of
 /// `exts`, each through `include_macro` (`include_str` or `include_bytes`).
 fn embed(dir: &str, exts: &[&str], const_name: &str, include_macro: &str, out: &mut String) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not when it was compiled: a build-script binary reused from
+    // another checkout (a shared target dir) must embed this checkout's files.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for build scripts");
+    let root = Path::new(&manifest_dir);
     let mut files = Vec::new();
     collect(&root.join(dir), exts, &mut files);
     files.sort();

@@ -161,6 +161,7 @@ impl SimulateArgs {
         for spec in &self.kernel_backends {
             let (op, prefixes) = parse_kernel_backend(spec)?;
             named.push((spec, op.clone(), prefixes.clone()));
+            engine.named_backends.insert(op.clone());
             engine.kernel_backends.insert(op, crate::sim::engine::Backends::Many(prefixes));
         }
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;

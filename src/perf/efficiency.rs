@@ -23,6 +23,12 @@ pub struct KernelModel {
     roofline: RooflineModel,
     /// Per op, the kernel-library categories an engine runs (see `with_op_backends`).
     libraries: BTreeMap<Op, Vec<String>>,
+    /// Target tier: the cross-gen model of each op the target model serves, for a library the
+    /// user named that the target GPU never measured (trained on the GPUs that did, never on
+    /// this one).
+    borrowed: BTreeMap<Op, std::sync::Arc<ModelSet>>,
+    /// Ops whose `libraries` the user named (see `with_named_libraries`).
+    named: std::collections::BTreeSet<Op>,
 }
 
 impl KernelModel {
@@ -43,7 +49,17 @@ impl KernelModel {
             }
         };
         let roofline = RooflineModel { gpu: gpu.clone(), params };
-        let mut model = KernelModel { gpu: gpu.clone(), requested: tier, used: tier, warnings, ops: BTreeMap::new(), roofline, libraries: BTreeMap::new() };
+        let mut model = KernelModel {
+            gpu: gpu.clone(),
+            requested: tier,
+            used: tier,
+            warnings,
+            ops: BTreeMap::new(),
+            roofline,
+            libraries: BTreeMap::new(),
+            borrowed: BTreeMap::new(),
+            named: Default::default(),
+        };
         if tier == Tier::Roofline {
             return Ok(model);
         }
@@ -72,7 +88,9 @@ impl KernelModel {
         if let Some(t) = target {
             let t = std::sync::Arc::new(t);
             for op in t.ops.keys() {
-                model.ops.insert(*op, (Tier::Target, t.clone()));
+                if let Some((Tier::CrossGen, c)) = model.ops.insert(*op, (Tier::Target, t.clone())) {
+                    model.borrowed.insert(*op, c);
+                }
             }
             let fell_back: Vec<&str> =
                 model.ops.iter().filter(|(_, (tr, _))| *tr == Tier::CrossGen).map(|(op, _)| op.as_str()).collect();
@@ -104,6 +122,15 @@ impl KernelModel {
         self
     }
 
+    /// Ops whose library the user named (`simulate --kernel-backend`): a named library this GPU
+    /// never measured is timed by the cross-gen model, which learned it on other GPUs. An
+    /// engine profile's list is a fallback order instead (FlashAttention 3, else FlashInfer):
+    /// a library missing from a GPU's measurements may not run on it at all.
+    pub fn with_named_libraries(mut self, ops: std::collections::BTreeSet<Op>) -> Self {
+        self.named = ops;
+        self
+    }
+
     /// The tier actually used (after fallbacks).
     pub fn tier_used(&self) -> Tier {
         self.used
@@ -123,15 +150,61 @@ impl KernelModel {
         self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))
     }
 
-    /// None when one of `prefixes` names a library the calibrated model of `op` measured (or
-    /// `op` runs on the roofline constants, which tell no library apart); else the libraries it
-    /// does know, balanced-routing ones only, for an error message.
+    /// The cross-gen model `op` may borrow a library from (target tier only).
+    fn borrowed_model(&self, op: Op) -> Option<&crate::calibrate::model::OpModel> {
+        self.borrowed.get(&op).and_then(|set| set.ops.get(&op))
+    }
+
+    /// The model and category that time `op` under preference list `prefs`. Without `borrow`,
+    /// this GPU's own model and the first preferred library it measured. With `borrow` (a
+    /// library the user named), for each preferred library in turn this GPU's own model if it
+    /// measured it, else the borrowed cross-gen model if another GPU did. The bool: measured in
+    /// the kernel's precision (see `pick_category`).
+    fn resolve<'a>(&'a self, op: Op, prefs: &[String], dtype: Dtype, borrow: bool) -> Option<(&'a crate::calibrate::model::OpModel, &'a str, bool)> {
+        let own = self.op_model(op)?;
+        if !borrow {
+            return pick_measured(own, prefs, dtype).map(|(c, exact)| (own, c, exact));
+        }
+        prefs.iter().find_map(|p| {
+            let one = std::slice::from_ref(p);
+            let hit = |m: &'a crate::calibrate::model::OpModel| pick_measured(m, one, dtype).map(|(c, exact)| (m, c, exact));
+            hit(own).or_else(|| self.borrowed_model(op).and_then(hit))
+        })
+    }
+
+    /// The named libraries (`with_named_libraries`) this GPU never measured and the cross-gen
+    /// model times, as `op=category`, for the description.
+    fn borrowed_libraries(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (op, prefs) in self.libraries.iter().filter(|(op, _)| self.named.contains(op)) {
+            for dtype in [Dtype::Bf16, Dtype::Fp8, Dtype::Fp4] {
+                if let (Some(own), Some((m, c, _))) = (self.op_model(*op), self.resolve(*op, prefs, dtype, true)) {
+                    let label = format!("{}={c}", op.as_str());
+                    if !std::ptr::eq(m, own) && !out.contains(&label) {
+                        out.push(label);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// None when one of `prefixes` names a library the calibrated model of `op` measured, or
+    /// the cross-gen model it borrows from (or `op` runs on the roofline constants, which tell
+    /// no library apart); else the libraries it does know, balanced-routing ones only, for an
+    /// error message.
     pub fn unknown_library(&self, op: Op, prefixes: &[String], dtype: Dtype) -> Option<Vec<String>> {
         let m = self.op_model(op)?;
-        if pick_measured(m, prefixes, dtype).is_some() {
+        if self.resolve(op, prefixes, dtype, true).is_some() {
             return None;
         }
-        let mut known: Vec<String> = m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())).filter(|c| !c.contains("power_law")).cloned().collect();
+        let mut known: Vec<String> = [Some(m), self.borrowed_model(op)]
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())))
+            .filter(|c| !c.contains("power_law"))
+            .cloned()
+            .collect();
         known.sort();
         known.dedup();
         Some(known)
@@ -183,9 +256,12 @@ impl KernelModel {
             }
             None => self.libraries.get(&k.op).map(Vec::as_slice),
         };
-        match prefs.map(|prefs| pick_measured(m, prefs, k.dtype)) {
-            Some(Some((category, true))) => m.predict_us(k, &self.gpu, Some(category)),
-            Some(Some((category, false))) => {
+        // A library named for this kernel (a row's own backend, `--backend`) or by the user for
+        // the op may come from the cross-gen model; an engine profile's list may not.
+        let borrow = pref.is_some() || self.named.contains(&k.op);
+        match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
+            Some((m, category, true)) => m.predict_us(k, &self.gpu, Some(category)),
+            Some((m, category, false)) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
                 let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
                 let t16 = m.predict_us(&k16, &self.gpu, Some(category));
@@ -268,8 +344,7 @@ impl KernelTimeModel for KernelModel {
     }
 
     fn engine_library(&self, op: Op, dtype: Dtype) -> Option<String> {
-        let m = self.op_model(op)?;
-        pick_measured(m, self.libraries.get(&op)?, dtype).map(|(category, _)| category.to_string())
+        self.resolve(op, self.libraries.get(&op)?, dtype, self.named.contains(&op)).map(|(_, category, _)| category.to_string())
     }
 
     fn tier(&self) -> Tier {
@@ -281,7 +356,11 @@ impl KernelTimeModel for KernelModel {
         for (op, (t, _)) in &self.ops {
             by_tier.entry(t.as_str()).or_default().push(op.as_str());
         }
-        let parts: Vec<String> = by_tier.iter().map(|(t, ops)| format!("{t}: {}", ops.join(","))).collect();
+        let mut parts: Vec<String> = by_tier.iter().map(|(t, ops)| format!("{t}: {}", ops.join(","))).collect();
+        let borrowed = self.borrowed_libraries();
+        if !borrowed.is_empty() {
+            parts.push(format!("libraries {} never measured here, from cross-gen: {}", self.gpu.id, borrowed.join(",")));
+        }
         format!(
             "calibrated {} on {} ({}; other ops roofline)",
             self.used.as_str(),
@@ -333,6 +412,41 @@ mod tests {
         let k = Kernel { bytes: 262_144, num_gpus: 4, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
         let t = km.predict_us(&k);
         assert!(t > 7.1 / 1.5 && t < 7.1 * 1.5, "{t} us");
+    }
+
+    /// InferenceX's gpt-oss recipe runs vLLM's Marlin experts on H100, which measured Marlin
+    /// only for another checkpoint; the H200 and L40S measured gpt-oss's. Named by the user,
+    /// the library is gpt-oss's Marlin, timed by the cross-gen model; in an engine profile's
+    /// fallback list, a library this GPU never measured is skipped (FlashAttention 3 is
+    /// Hopper-only: B200 must not borrow it).
+    #[test]
+    fn a_named_library_this_gpu_never_measured_comes_from_cross_gen() {
+        let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let km = KernelModel::load(&h100, Tier::Target).unwrap();
+        if km.tier_for(Op::Moe) != Tier::Target || km.borrowed_model(Op::Moe).is_none() {
+            return; // no target MoE model shipped
+        }
+        let gptoss = "vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin".to_string();
+        let other = "vllm/w4a16_mxfp4/vllm_compressedtensorsw4a4mxfp4moe_marlin".to_string();
+        let prefs = BTreeMap::from([(Op::Moe, vec![gptoss.clone(), other.clone()])]);
+        assert!(pick_measured(km.op_model(Op::Moe).unwrap(), std::slice::from_ref(&gptoss), Dtype::Fp4).is_none(), "H100 measured gpt-oss Marlin after all");
+        let listed = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs);
+        assert!(listed.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&other));
+        let named = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs).with_named_libraries([Op::Moe].into());
+        assert!(named.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&gptoss));
+        assert!(named.describe().contains("from cross-gen: moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"), "{}", named.describe());
+        // The named library is priced as gpt-oss's shape on the same die measured it (H200:
+        // 1,321 us at 8,192 tokens, TP8), not the other checkpoint's fit (738 us).
+        let k = Kernel { num_tokens: 8192, hidden: 2880, inter: 2880, topk: 4, num_experts: 128, tp: 8, ep: 1, ..Kernel::new(Op::Moe, Dtype::Fp4) };
+        assert!(named.predict_us(&k) > 1.1 * listed.predict_us(&k), "{} vs {}", named.predict_us(&k), listed.predict_us(&k));
+        // B200 never measured FlashAttention 3 (Hopper-only): vLLM's profile falls through to
+        // a library it did measure.
+        let b200 = crate::hardware::load_gpu("b200_sxm").unwrap();
+        let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
+        let km = KernelModel::load(&b200, Tier::Target).unwrap().with_op_backends(&engine.op_backends().unwrap());
+        if let Some(lib) = km.engine_library(Op::AttnDecode, Dtype::Bf16) {
+            assert!(!lib.contains("fa3"), "{lib}");
+        }
     }
 
     /// Fewer rows never take longer than the next power of two of rows (the grid gap 18-31

@@ -108,6 +108,11 @@ pub struct EngineParams {
     /// (see `KernelModel::with_op_backends`). Ops not listed use each model's most measured one.
     #[serde(default)]
     pub kernel_backends: BTreeMap<String, Backends>,
+    /// Ops whose library the user named (`simulate --kernel-backend`): the library is priced
+    /// even where this GPU never measured it (by the cross-gen model), where a profile's list
+    /// is a fallback order over the libraries the GPU runs.
+    #[serde(skip)]
+    pub named_backends: std::collections::BTreeSet<String>,
     /// Eager engines that run an op as several small torch kernels (`op = kernels`, e.g.
     /// transformers' RMSNorm: cast, pow, mean, add, rsqrt, mul, cast, mul = 8): that many
     /// launches, timed as the engine's own module where `kernel_backends` names one the kernel
@@ -161,6 +166,11 @@ pub enum Backends {
 }
 
 impl EngineParams {
+    /// `named_backends` as ops, rejecting unknown op names.
+    pub fn named_ops(&self) -> Result<std::collections::BTreeSet<crate::schema::Op>> {
+        self.named_backends.iter().map(|op| op_key("kernel_backends", op)).collect()
+    }
+
     /// `kernel_backends` keyed by op, rejecting unknown op names.
     pub fn op_backends(&self) -> Result<BTreeMap<crate::schema::Op, Vec<String>>> {
         self.kernel_backends
