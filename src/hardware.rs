@@ -104,6 +104,18 @@ pub struct GpuSpec {
 }
 
 impl GpuSpec {
+    /// The same compute die at the same clock: architecture, SM count, boost clock and dense
+    /// peak rates equal (H100 SXM and H200: only their memory differs). A kernel library one
+    /// runs, the other does, at the same compute speed.
+    pub fn same_compute_die(&self, other: &GpuSpec) -> bool {
+        self.arch == other.arch
+            && self.compute.sm_count == other.compute.sm_count
+            && self.compute.boost_clock_mhz == other.compute.boost_clock_mhz
+            && self.peak.bf16_tflops == other.peak.bf16_tflops
+            && self.peak.fp8_tflops == other.peak.fp8_tflops
+            && self.vendor == other.vendor
+    }
+
     /// HBM capacity in bytes. Datasheet "GB" capacities are binary (H200's 141 GB is
     /// 141 GiB = 151.4e9 bytes, as nvidia-smi and aiconfigurator's specs show).
     pub fn hbm_bytes(&self) -> f64 {

@@ -194,8 +194,47 @@ pub fn markdown(validation: &Validation, command: &str, data_notes: &str) -> Str
     let _ = writeln!(s, "{}", per_source_table(rows));
     let _ = writeln!(s, "## Cross-gen model form per held-out GPU\n");
     let _ = writeln!(s, "{}", forms_table(&validation.forms));
+    let _ = writeln!(s, "## Same-die siblings: a library this GPU never measured\n");
+    let _ = writeln!(s, "{}", sibling_table(validation));
     let _ = writeln!(s, "## Worst shapes\n");
     let _ = writeln!(s, "{}", worst(rows, 3));
+    s
+}
+
+/// Held-out rows of each GPU predicted from its same-die sibling's target model, next to the
+/// target and cross-gen tiers on the same rows (median / p90 APE %).
+pub fn sibling_table(v: &Validation) -> String {
+    if v.sibling.is_empty() {
+        return "No evaluated GPU has a same-die sibling with measurements.\n".to_string();
+    }
+    let key = |r: &ValRow| (r.gpu.clone(), r.backend.clone(), format!("{:?}", r.kernel));
+    let by_tier: BTreeMap<(&'static str, (String, String, String)), f64> = v.rows.iter().map(|r| ((r.tier.as_str(), key(r)), r.ape())).collect();
+    // (gpu, sibling, op) -> APEs of (sibling, target, cross-gen) on the same rows.
+    let mut groups: BTreeMap<(String, String, String), [Vec<f64>; 3]> = BTreeMap::new();
+    for (sib, r) in &v.sibling {
+        let k = key(r);
+        let (Some(t), Some(c)) = (by_tier.get(&("target", k.clone())), by_tier.get(&("cross-gen", k))) else { continue };
+        let g = groups.entry((r.gpu.clone(), sib.clone(), r.kernel.op.to_string())).or_default();
+        g[0].push(r.ape());
+        g[1].push(*t);
+        g[2].push(*c);
+    }
+    let mut s = String::from(
+        "A library the GPU never measured, named by the user, is priced by a same-die sibling's target \
+         model (same architecture, SMs, clock and peaks: `GpuSpec::same_compute_die`) on the sibling's spec \
+         sheet plus the extra time to move the kernel's compulsory bytes on this GPU's memory \
+         (`perf::efficiency::sibling_time_us`). Here the sibling's model is fitted on the sibling's rows alone \
+         and predicts this GPU's held-out rows of the libraries both measured; median / p90 APE %.\n\n\
+         | gpu | sibling | op | rows | from sibling | target | cross-gen |\n|---|---|---|---|---|---|---|\n",
+    );
+    for ((gpu, sib, op), [a, t, c]) in groups.iter_mut() {
+        let (sa, st, sc) = (stats(a), stats(t), stats(c));
+        let _ = writeln!(
+            s,
+            "| {gpu} | {sib} | {op} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} |",
+            sa.count, sa.median_ape, sa.p90_ape, st.median_ape, st.p90_ape, sc.median_ape, sc.p90_ape
+        );
+    }
     s
 }
 

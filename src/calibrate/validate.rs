@@ -52,6 +52,11 @@ pub struct FormChoice {
 pub struct Validation {
     pub rows: Vec<ValRow>,
     pub forms: Vec<FormChoice>,
+    /// Held-out rows of a GPU predicted from a same-die sibling's target model (fitted on the
+    /// sibling's rows alone; `perf::efficiency::sibling_time_us`), where the sibling measured
+    /// the row's library: how a library the GPU never measured is priced when the user names
+    /// it. (sibling id, row); the row's tier field is unused.
+    pub sibling: Vec<(String, ValRow)>,
 }
 
 pub fn is_held_out(m: &Measurement) -> bool {
@@ -69,6 +74,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
     let spec = |g: &str| data.spec(g);
     let mut out = Vec::new();
     let mut forms = Vec::new();
+    let mut sibling_rows = Vec::new();
     for g in eval_gpus {
         let test: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && is_held_out(m)).collect();
         let train_own: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == g && !is_held_out(m)).collect();
@@ -108,8 +114,31 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
             })
             .collect();
         out.extend(rows);
+        for s in measured.iter().filter(|s| *s != g && data.spec(s).same_compute_die(gpu)) {
+            let own: Vec<&Measurement> = data.rows.iter().filter(|m| &m.gpu == s).collect();
+            let sib = fit_set("target", &own, None, &spec, params, MIN_TARGET_ROWS);
+            let sib_spec = data.spec(s);
+            sibling_rows.extend(test.par_iter().filter_map(|m| {
+                let om = sib.ops.get(&m.kernel.op)?;
+                let knows = om.backends.iter().chain(om.by_path.values().flat_map(|p| p.backends.iter())).any(|c| c == &m.backend);
+                knows.then(|| {
+                    let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend);
+                    let row = ValRow {
+                        tier: Tier::Target,
+                        gpu: g.clone(),
+                        kernel: m.kernel.clone(),
+                        backend: m.backend.clone(),
+                        source: m.source.clone(),
+                        measured_us: m.latency_us,
+                        predicted_us,
+                        sol_us: sol(&m.kernel, gpu).sol_us,
+                    };
+                    (s.clone(), row)
+                })
+            }).collect::<Vec<_>>());
+        }
     }
-    Ok(Validation { rows: out, forms })
+    Ok(Validation { rows: out, forms, sibling: sibling_rows })
 }
 
 /// Error statistics of one group of validation rows.

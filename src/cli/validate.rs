@@ -77,6 +77,7 @@ fn kernels(args: KernelsArgs) -> Result<()> {
         println!("held-out rows of: {}\n", eval.join(", "));
         println!("{}", report::table(&pooled));
         println!("{}", report::per_gpu_table(&per_gpu));
+        println!("{}", report::sibling_table(&validation));
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

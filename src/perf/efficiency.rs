@@ -13,6 +13,14 @@ use crate::schema::{Dtype, Kernel, Op};
 use anyhow::Result;
 use std::collections::BTreeMap;
 
+/// A model a named library is borrowed from: a same-die sibling's target model (timed on the
+/// sibling's own spec sheet, `sibling`), or this GPU's cross-gen model (timed on this one's).
+#[derive(Clone)]
+struct Borrowed {
+    set: std::sync::Arc<ModelSet>,
+    sibling: Option<GpuSpec>,
+}
+
 pub struct KernelModel {
     gpu: GpuSpec,
     requested: Tier,
@@ -23,10 +31,10 @@ pub struct KernelModel {
     roofline: RooflineModel,
     /// Per op, the kernel-library categories an engine runs (see `with_op_backends`).
     libraries: BTreeMap<Op, Vec<String>>,
-    /// Target tier: the cross-gen model of each op the target model serves, for a library the
-    /// user named that the target GPU never measured (trained on the GPUs that did, never on
-    /// this one).
-    borrowed: BTreeMap<Op, std::sync::Arc<ModelSet>>,
+    /// Target tier, for a library the user named that the target GPU never measured: per op
+    /// the target models of its same-die siblings (`GpuSpec::same_compute_die`), then its
+    /// cross-gen model (trained on the GPUs that measured the library, never on this one).
+    borrowed: BTreeMap<Op, Vec<Borrowed>>,
     /// Ops whose `libraries` the user named (see `with_named_libraries`).
     named: std::collections::BTreeSet<Op>,
 }
@@ -87,9 +95,17 @@ impl KernelModel {
         }
         if let Some(t) = target {
             let t = std::sync::Arc::new(t);
+            let mut siblings = Vec::new();
+            for other in crate::hardware::builtin_specs()?.into_iter().filter(|o| o.id != gpu.id && o.same_compute_die(gpu)) {
+                if let Some(set) = store.model_set(&store::target_path(&other.id))? {
+                    siblings.push(Borrowed { set: std::sync::Arc::new(set), sibling: Some(other) });
+                }
+            }
             for op in t.ops.keys() {
-                if let Some((Tier::CrossGen, c)) = model.ops.insert(*op, (Tier::Target, t.clone())) {
-                    model.borrowed.insert(*op, c);
+                let cross = model.ops.insert(*op, (Tier::Target, t.clone())).filter(|(tr, _)| *tr == Tier::CrossGen).map(|(_, c)| Borrowed { set: c, sibling: None });
+                let sources: Vec<_> = siblings.iter().filter(|s| s.set.ops.contains_key(op)).cloned().chain(cross).collect();
+                if !sources.is_empty() {
+                    model.borrowed.insert(*op, sources);
                 }
             }
             let fell_back: Vec<&str> =
@@ -150,9 +166,29 @@ impl KernelModel {
         self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))
     }
 
-    /// The cross-gen model `op` may borrow a library from (target tier only).
-    fn borrowed_model(&self, op: Op) -> Option<&crate::calibrate::model::OpModel> {
-        self.borrowed.get(&op).and_then(|set| set.ops.get(&op))
+    /// The models `op` may borrow a named library from, in order, with where each comes from
+    /// (target tier only).
+    fn borrowed_models(&self, op: Op) -> impl Iterator<Item = (&crate::calibrate::model::OpModel, String)> {
+        self.borrowed.get(&op).into_iter().flatten().filter_map(move |b| {
+            let from = match &b.sibling {
+                Some(s) => format!("{}'s target", s.id),
+                None => "cross-gen".to_string(),
+            };
+            b.set.ops.get(&op).map(|m| (m, from))
+        })
+    }
+
+    /// The same-die sibling whose model `m` is, if it is one.
+    fn sibling_of(&self, op: Op, m: &crate::calibrate::model::OpModel) -> Option<&GpuSpec> {
+        self.borrowed.get(&op)?.iter().find(|b| b.set.ops.get(&op).is_some_and(|x| std::ptr::eq(x, m)))?.sibling.as_ref()
+    }
+
+    /// `m` timing `k` in `category`, a same-die sibling's model as `sibling_time_us` says.
+    fn predict_in(&self, m: &crate::calibrate::model::OpModel, k: &Kernel, category: &str) -> f64 {
+        match self.sibling_of(k.op, m) {
+            Some(sib) => sibling_time_us(m, k, &self.gpu, sib, category),
+            None => m.predict_us(k, &self.gpu, Some(category)),
+        }
     }
 
     /// The model and category that time `op` under preference list `prefs`. Without `borrow`,
@@ -168,21 +204,21 @@ impl KernelModel {
         prefs.iter().find_map(|p| {
             let one = std::slice::from_ref(p);
             let hit = |m: &'a crate::calibrate::model::OpModel| pick_measured(m, one, dtype).map(|(c, exact)| (m, c, exact));
-            hit(own).or_else(|| self.borrowed_model(op).and_then(hit))
+            hit(own).or_else(|| self.borrowed_models(op).find_map(|(m, _)| hit(m)))
         })
     }
 
-    /// The named libraries (`with_named_libraries`) this GPU never measured and the cross-gen
-    /// model times, as `op=category`, for the description.
+    /// The named libraries (`with_named_libraries`) this GPU never measured, as `op=category
+    /// (source)`, for the description.
     fn borrowed_libraries(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for (op, prefs) in self.libraries.iter().filter(|(op, _)| self.named.contains(op)) {
             for dtype in [Dtype::Bf16, Dtype::Fp8, Dtype::Fp4] {
-                if let (Some(own), Some((m, c, _))) = (self.op_model(*op), self.resolve(*op, prefs, dtype, true)) {
-                    let label = format!("{}={c}", op.as_str());
-                    if !std::ptr::eq(m, own) && !out.contains(&label) {
-                        out.push(label);
-                    }
+                let Some((m, c, _)) = self.resolve(*op, prefs, dtype, true) else { continue };
+                let Some((_, from)) = self.borrowed_models(*op).find(|(b, _)| std::ptr::eq(*b, m)) else { continue };
+                let label = format!("{}={c} ({from})", op.as_str());
+                if !out.contains(&label) {
+                    out.push(label);
                 }
             }
         }
@@ -198,9 +234,8 @@ impl KernelModel {
         if self.resolve(op, prefixes, dtype, true).is_some() {
             return None;
         }
-        let mut known: Vec<String> = [Some(m), self.borrowed_model(op)]
-            .into_iter()
-            .flatten()
+        let mut known: Vec<String> = std::iter::once(m)
+            .chain(self.borrowed_models(op).map(|(b, _)| b))
             .flat_map(|m| m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())))
             .filter(|c| !c.contains("power_law"))
             .cloned()
@@ -260,11 +295,11 @@ impl KernelModel {
         // the op may come from the cross-gen model; an engine profile's list may not.
         let borrow = pref.is_some() || self.named.contains(&k.op);
         match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
-            Some((m, category, true)) => m.predict_us(k, &self.gpu, Some(category)),
+            Some((m, category, true)) => self.predict_in(m, k, category),
             Some((m, category, false)) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
                 let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
-                let t16 = m.predict_us(&k16, &self.gpu, Some(category));
+                let t16 = self.predict_in(m, &k16, category);
                 let ratio = sol(k, &self.gpu).sol_us / sol(&k16, &self.gpu).sol_us;
                 (t16 * ratio).max(sol(k, &self.gpu).sol_us)
             }
@@ -274,6 +309,15 @@ impl KernelModel {
             _ => m.predict_us(k, &self.gpu, None),
         }
     }
+}
+
+/// `k` on `gpu` in `category`, timed by `sibling`'s model `m` (`GpuSpec::same_compute_die`):
+/// the sibling's time on its own spec sheet plus the extra time `gpu` needs to move the
+/// kernel's compulsory bytes, since only the memory differs (H200 -> H100: 4.8 -> 3.35 TB/s);
+/// never below `gpu`'s SOL. `calibrate::validate` checks it on held-out rows.
+pub fn sibling_time_us(m: &crate::calibrate::model::OpModel, k: &Kernel, gpu: &GpuSpec, sibling: &GpuSpec, category: &str) -> f64 {
+    let extra_us = (sol(k, gpu).memory_us - sol(k, sibling).memory_us).max(0.0);
+    (m.predict_us(k, sibling, Some(category)) + extra_us).max(sol(k, gpu).sol_us)
 }
 
 /// The precision a kernel-library category was measured in, from its name.
@@ -359,7 +403,7 @@ impl KernelTimeModel for KernelModel {
         let mut parts: Vec<String> = by_tier.iter().map(|(t, ops)| format!("{t}: {}", ops.join(","))).collect();
         let borrowed = self.borrowed_libraries();
         if !borrowed.is_empty() {
-            parts.push(format!("libraries {} never measured here, from cross-gen: {}", self.gpu.id, borrowed.join(",")));
+            parts.push(format!("named libraries {} never measured: {}", self.gpu.id, borrowed.join(", ")));
         }
         format!(
             "calibrated {} on {} ({}; other ops roofline)",
@@ -415,15 +459,15 @@ mod tests {
     }
 
     /// InferenceX's gpt-oss recipe runs vLLM's Marlin experts on H100, which measured Marlin
-    /// only for another checkpoint; the H200 and L40S measured gpt-oss's. Named by the user,
-    /// the library is gpt-oss's Marlin, timed by the cross-gen model; in an engine profile's
-    /// fallback list, a library this GPU never measured is skipped (FlashAttention 3 is
-    /// Hopper-only: B200 must not borrow it).
+    /// only for another checkpoint; the H200 (same die, faster memory) measured gpt-oss's.
+    /// Named by the user, the library is gpt-oss's Marlin, timed by the H200's target model;
+    /// in an engine profile's fallback list, a library this GPU never measured is skipped
+    /// (FlashAttention 3 is Hopper-only: B200 must not borrow it).
     #[test]
     fn a_named_library_this_gpu_never_measured_comes_from_cross_gen() {
         let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
         let km = KernelModel::load(&h100, Tier::Target).unwrap();
-        if km.tier_for(Op::Moe) != Tier::Target || km.borrowed_model(Op::Moe).is_none() {
+        if km.tier_for(Op::Moe) != Tier::Target || km.borrowed_models(Op::Moe).next().is_none() {
             return; // no target MoE model shipped
         }
         let gptoss = "vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin".to_string();
@@ -434,11 +478,19 @@ mod tests {
         assert!(listed.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&other));
         let named = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs).with_named_libraries([Op::Moe].into());
         assert!(named.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&gptoss));
-        assert!(named.describe().contains("from cross-gen: moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"), "{}", named.describe());
-        // The named library is priced as gpt-oss's shape on the same die measured it (H200:
-        // 1,321 us at 8,192 tokens, TP8), not the other checkpoint's fit (738 us).
+        assert!(named.describe().contains("never measured: moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"), "{}", named.describe());
+        assert!(named.describe().contains("(h200_sxm's target)"), "{}", named.describe());
+        // Priced as the same die runs gpt-oss's shape (H200 measured 1,321 us at 8,192 tokens,
+        // TP8: compute-bound, so the H100 takes about as long), not the other checkpoint's fit
+        // (738 us); never faster than the H200 (less memory bandwidth, same compute).
+        let h200 = KernelModel::load(&crate::hardware::load_gpu("h200_sxm").unwrap(), Tier::Target).unwrap();
+        for tokens in [4, 64, 8192] {
+            let k = Kernel { num_tokens: tokens, hidden: 2880, inter: 2880, topk: 4, num_experts: 128, tp: 8, ep: 1, ..Kernel::new(Op::Moe, Dtype::Fp4) };
+            let (t, t200) = (named.predict_us(&k), h200.predict_us_with(&k, Some(&gptoss)));
+            assert!(t >= t200 && t < 1.25 * t200, "{tokens} tokens: H100 {t} us, H200 {t200} us");
+        }
         let k = Kernel { num_tokens: 8192, hidden: 2880, inter: 2880, topk: 4, num_experts: 128, tp: 8, ep: 1, ..Kernel::new(Op::Moe, Dtype::Fp4) };
-        assert!(named.predict_us(&k) > 1.1 * listed.predict_us(&k), "{} vs {}", named.predict_us(&k), listed.predict_us(&k));
+        assert!(named.predict_us(&k) > 1.5 * listed.predict_us(&k), "{} vs {}", named.predict_us(&k), listed.predict_us(&k));
         // B200 never measured FlashAttention 3 (Hopper-only): vLLM's profile falls through to
         // a library it did measure.
         let b200 = crate::hardware::load_gpu("b200_sxm").unwrap();
