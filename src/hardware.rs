@@ -104,11 +104,13 @@ pub struct GpuSpec {
 }
 
 impl GpuSpec {
-    /// The same compute die at the same clock: architecture, SM count, boost clock and dense
-    /// peak rates equal (H100 SXM and H200: only their memory differs). A kernel library one
-    /// runs, the other does, at the same compute speed.
+    /// The same compute die at the same clock and power limit: architecture, SM count, boost
+    /// clock, dense peak rates and TDP equal (H100 SXM and H200: only their memory differs;
+    /// A100 PCIe's 300 W against SXM's 400 W is not). A kernel library one runs, the other
+    /// does, at the same compute speed.
     pub fn same_compute_die(&self, other: &GpuSpec) -> bool {
         self.arch == other.arch
+            && self.tdp_w == other.tdp_w
             && self.compute.sm_count == other.compute.sm_count
             && self.compute.boost_clock_mhz == other.compute.boost_clock_mhz
             && self.peak.bf16_tflops == other.peak.bf16_tflops

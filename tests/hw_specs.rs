@@ -353,3 +353,17 @@ fn binary_lists_and_shows() {
         "{stderr}"
     );
 }
+
+#[test]
+fn same_compute_die_pairs_h100_sxm_with_h200_only() {
+    // H100 SXM and H200: one GH100 die at the same clocks; only the memory differs.
+    assert!(gpu("h100_sxm").same_compute_die(&gpu("h200_sxm")));
+    assert!(gpu("h200_sxm").same_compute_die(&gpu("h100_sxm")));
+    // H100 PCIe has fewer SMs and lower clocks; GB200's peaks differ from B200's; other
+    // architectures never match.
+    assert!(!gpu("h100_sxm").same_compute_die(&gpu("h100_pcie")));
+    assert!(!gpu("b200_sxm").same_compute_die(&gpu("gb200")));
+    assert!(!gpu("h200_sxm").same_compute_die(&gpu("b200_sxm")));
+    // The same A100 die and clocks, but a 300 W PCIe card against a 400 W SXM module.
+    assert!(!gpu("a100_sxm").same_compute_die(&gpu("a100_pcie")));
+}

@@ -464,7 +464,7 @@ mod tests {
     /// in an engine profile's fallback list, a library this GPU never measured is skipped
     /// (FlashAttention 3 is Hopper-only: B200 must not borrow it).
     #[test]
-    fn a_named_library_this_gpu_never_measured_comes_from_cross_gen() {
+    fn a_named_library_this_gpu_never_measured_is_borrowed_from_its_sibling() {
         let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
         let km = KernelModel::load(&h100, Tier::Target).unwrap();
         if km.tier_for(Op::Moe) != Tier::Target || km.borrowed_models(Op::Moe).next().is_none() {
