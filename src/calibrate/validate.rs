@@ -32,6 +32,25 @@ pub struct ValRow {
 }
 
 impl ValRow {
+    /// `tier`'s prediction of measurement `m` on `gpu`.
+    fn of(tier: Tier, m: &Measurement, gpu: &crate::hardware::GpuSpec, predicted_us: f64) -> ValRow {
+        // An MLA module row's SOL includes its projections.
+        let sol_us = match super::features::mla_module_weights(m.kernel.op, &m.backend) {
+            Some(_) => super::features::row_sol(&m.kernel, gpu, &m.backend).sol_us,
+            None => sol(&m.kernel, gpu).sol_us,
+        };
+        ValRow {
+            tier,
+            gpu: m.gpu.clone(),
+            kernel: m.kernel.clone(),
+            backend: m.backend.clone(),
+            source: m.source.clone(),
+            measured_us: m.latency_us,
+            predicted_us,
+            sol_us,
+        }
+    }
+
     pub fn ape(&self) -> f64 {
         (self.predicted_us - self.measured_us).abs() / self.measured_us * 100.0
     }
@@ -89,21 +108,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
         let rows: Vec<ValRow> = test
             .par_iter()
             .flat_map_iter(|m| {
-                // An MLA module row's SOL includes its projections.
-                let s = match super::features::mla_module_weights(m.kernel.op, &m.backend) {
-                    Some(_) => super::features::row_sol(&m.kernel, gpu, &m.backend).sol_us,
-                    None => sol(&m.kernel, gpu).sol_us,
-                };
-                let row = |tier: Tier, predicted_us: f64| ValRow {
-                    tier,
-                    gpu: g.clone(),
-                    kernel: m.kernel.clone(),
-                    backend: m.backend.clone(),
-                    source: m.source.clone(),
-                    measured_us: m.latency_us,
-                    predicted_us,
-                    sol_us: s,
-                };
+                let row = |tier: Tier, predicted_us: f64| ValRow::of(tier, m, gpu, predicted_us);
                 let mut v = vec![row(Tier::Roofline, roof.predict_us(&m.kernel))];
                 for (tier, set) in [(Tier::Target, &target), (Tier::CrossGen, &cross)] {
                     if let Some(p) = set.ops.get(&m.kernel.op).map(|om| om.predict_us(&m.kernel, gpu, Some(&m.backend))) {
@@ -123,17 +128,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
                 let knows = om.backends.iter().chain(om.by_path.values().flat_map(|p| p.backends.iter())).any(|c| c == &m.backend);
                 knows.then(|| {
                     let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend);
-                    let row = ValRow {
-                        tier: Tier::Target,
-                        gpu: g.clone(),
-                        kernel: m.kernel.clone(),
-                        backend: m.backend.clone(),
-                        source: m.source.clone(),
-                        measured_us: m.latency_us,
-                        predicted_us,
-                        sol_us: sol(&m.kernel, gpu).sol_us,
-                    };
-                    (s.clone(), row)
+                    (s.clone(), ValRow::of(Tier::Target, m, gpu, predicted_us))
                 })
             }).collect::<Vec<_>>());
         }

@@ -117,7 +117,8 @@ fn check_library(model: &KernelModel, op: crate::schema::Op, prefix: &str, dtype
 
 pub fn run(args: KernelArgs) -> Result<()> {
     let gpu = load_gpu(&args.gpu)?;
-    let model = KernelModel::load(&gpu, args.tier)?;
+    // `--backend` and a row's `backend` name libraries: a same-die sibling may have measured them.
+    let model = KernelModel::load(&gpu, args.tier)?.with_siblings()?;
     for note in model.warnings() {
         eprintln!("note: {note}");
     }

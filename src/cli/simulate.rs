@@ -178,7 +178,10 @@ impl SimulateArgs {
             None => model.max_context.min(u32::MAX as u64) as u32,
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
-        let km = KernelModel::load(&gpu, tier)?;
+        let mut km = KernelModel::load(&gpu, tier)?;
+        if !named.is_empty() {
+            km = km.with_siblings()?; // a named library may come from a same-die sibling
+        }
         // A library the user names must be one the kernel model measured, not a silent fallback.
         for (spec, op, prefixes) in &named {
             let op: crate::schema::Op = op.parse().with_context(|| format!("--kernel-backend '{spec}'"))?;

@@ -93,6 +93,9 @@ pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
             families.entry((m.label.clone(), call, family)).or_default().insert(rate.to_bits(), (rate, run.key.clone()));
         }
     }
+    let mut tiers: Vec<&'static str> = runs.iter().map(|r| r.tier).collect();
+    tiers.sort_unstable();
+    tiers.dedup();
     let mut out = Vec::new();
     for ((model, _call, family), by_rate) in families {
         let mut rates: Vec<(f64, String)> = by_rate.into_values().collect();
@@ -100,10 +103,7 @@ pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
             continue;
         }
         rates.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut tiers: Vec<&'static str> = runs.iter().map(|r| r.tier).collect();
-        tiers.sort_unstable();
-        tiers.dedup();
-        for tier in tiers {
+        for &tier in &tiers {
             let points: Vec<SweepPoint> = rates
                 .iter()
                 .filter_map(|(rate, key)| {

@@ -37,6 +37,19 @@ pub struct KernelModel {
     borrowed: BTreeMap<Op, Vec<Borrowed>>,
     /// Ops whose `libraries` the user named (see `with_named_libraries`).
     named: std::collections::BTreeSet<Op>,
+    /// Where the calibration came from: sibling models load from it on demand (`with_siblings`).
+    store: Store,
+    siblings_loaded: bool,
+}
+
+/// Which model times a kernel (`KernelModel::resolve`), and where it came from.
+struct Resolved<'a> {
+    model: &'a crate::calibrate::model::OpModel,
+    category: &'a str,
+    /// Measured in the kernel's precision (see `pick_category`).
+    exact: bool,
+    /// None: this GPU's own model.
+    borrowed: Option<&'a Borrowed>,
 }
 
 impl KernelModel {
@@ -67,6 +80,8 @@ impl KernelModel {
             libraries: BTreeMap::new(),
             borrowed: BTreeMap::new(),
             named: Default::default(),
+            store: store.clone(),
+            siblings_loaded: false,
         };
         if tier == Tier::Roofline {
             return Ok(model);
@@ -95,17 +110,9 @@ impl KernelModel {
         }
         if let Some(t) = target {
             let t = std::sync::Arc::new(t);
-            let mut siblings = Vec::new();
-            for other in crate::hardware::builtin_specs()?.into_iter().filter(|o| o.id != gpu.id && o.same_compute_die(gpu)) {
-                if let Some(set) = store.model_set(&store::target_path(&other.id))? {
-                    siblings.push(Borrowed { set: std::sync::Arc::new(set), sibling: Some(other) });
-                }
-            }
             for op in t.ops.keys() {
-                let cross = model.ops.insert(*op, (Tier::Target, t.clone())).filter(|(tr, _)| *tr == Tier::CrossGen).map(|(_, c)| Borrowed { set: c, sibling: None });
-                let sources: Vec<_> = siblings.iter().filter(|s| s.set.ops.contains_key(op)).cloned().chain(cross).collect();
-                if !sources.is_empty() {
-                    model.borrowed.insert(*op, sources);
+                if let Some((Tier::CrossGen, c)) = model.ops.insert(*op, (Tier::Target, t.clone())) {
+                    model.borrowed.insert(*op, vec![Borrowed { set: c, sibling: None }]);
                 }
             }
             let fell_back: Vec<&str> =
@@ -142,9 +149,34 @@ impl KernelModel {
     /// never measured is timed by the cross-gen model, which learned it on other GPUs. An
     /// engine profile's list is a fallback order instead (FlashAttention 3, else FlashInfer):
     /// a library missing from a GPU's measurements may not run on it at all.
-    pub fn with_named_libraries(mut self, ops: std::collections::BTreeSet<Op>) -> Self {
+    pub fn with_named_libraries(mut self, ops: std::collections::BTreeSet<Op>) -> Result<Self> {
+        let any = !ops.is_empty();
         self.named = ops;
-        self
+        if any {
+            self = self.with_siblings()?;
+        }
+        Ok(self)
+    }
+
+    /// Target tier: puts the target models of this GPU's same-die siblings
+    /// (`GpuSpec::same_compute_die`) ahead of the cross-gen model as sources of named
+    /// libraries. Loaded only for callers that name libraries: a sibling's model set is as
+    /// large as this GPU's own.
+    pub fn with_siblings(mut self) -> Result<Self> {
+        if self.siblings_loaded || self.requested != Tier::Target {
+            return Ok(self);
+        }
+        self.siblings_loaded = true;
+        for other in crate::hardware::builtin_specs()?.into_iter().filter(|o| o.id != self.gpu.id && o.same_compute_die(&self.gpu)) {
+            let Some(set) = self.store.model_set(&store::target_path(&other.id))? else { continue };
+            let sib = Borrowed { set: std::sync::Arc::new(set), sibling: Some(other) };
+            for (op, (tier, _)) in &self.ops {
+                if *tier == Tier::Target && sib.set.ops.contains_key(op) {
+                    self.borrowed.entry(*op).or_default().insert(0, sib.clone());
+                }
+            }
+        }
+        Ok(self)
     }
 
     /// The tier actually used (after fallbacks).
@@ -166,28 +198,16 @@ impl KernelModel {
         self.ops.get(&op).and_then(|(_, set)| set.ops.get(&op))
     }
 
-    /// The models `op` may borrow a named library from, in order, with where each comes from
-    /// (target tier only).
-    fn borrowed_models(&self, op: Op) -> impl Iterator<Item = (&crate::calibrate::model::OpModel, String)> {
-        self.borrowed.get(&op).into_iter().flatten().filter_map(move |b| {
-            let from = match &b.sibling {
-                Some(s) => format!("{}'s target", s.id),
-                None => "cross-gen".to_string(),
-            };
-            b.set.ops.get(&op).map(|m| (m, from))
-        })
+    /// The models `op` may borrow a named library from, in order (target tier only).
+    fn borrowed_models(&self, op: Op) -> impl Iterator<Item = (&crate::calibrate::model::OpModel, &Borrowed)> {
+        self.borrowed.get(&op).into_iter().flatten().filter_map(move |b| b.set.ops.get(&op).map(|m| (m, b)))
     }
 
-    /// The same-die sibling whose model `m` is, if it is one.
-    fn sibling_of(&self, op: Op, m: &crate::calibrate::model::OpModel) -> Option<&GpuSpec> {
-        self.borrowed.get(&op)?.iter().find(|b| b.set.ops.get(&op).is_some_and(|x| std::ptr::eq(x, m)))?.sibling.as_ref()
-    }
-
-    /// `m` timing `k` in `category`, a same-die sibling's model as `sibling_time_us` says.
-    fn predict_in(&self, m: &crate::calibrate::model::OpModel, k: &Kernel, category: &str) -> f64 {
-        match self.sibling_of(k.op, m) {
-            Some(sib) => sibling_time_us(m, k, &self.gpu, sib, category),
-            None => m.predict_us(k, &self.gpu, Some(category)),
+    /// `k` timed as `r` says: a same-die sibling's model as `sibling_time_us` says.
+    fn predict_in(&self, r: &Resolved, k: &Kernel) -> f64 {
+        match r.borrowed.and_then(|b| b.sibling.as_ref()) {
+            Some(sib) => sibling_time_us(r.model, k, &self.gpu, sib, r.category),
+            None => r.model.predict_us(k, &self.gpu, Some(r.category)),
         }
     }
 
@@ -196,15 +216,17 @@ impl KernelModel {
     /// library the user named), for each preferred library in turn this GPU's own model if it
     /// measured it, else the borrowed cross-gen model if another GPU did. The bool: measured in
     /// the kernel's precision (see `pick_category`).
-    fn resolve<'a>(&'a self, op: Op, prefs: &[String], dtype: Dtype, borrow: bool) -> Option<(&'a crate::calibrate::model::OpModel, &'a str, bool)> {
+    fn resolve<'a>(&'a self, op: Op, prefs: &[String], dtype: Dtype, borrow: bool) -> Option<Resolved<'a>> {
         let own = self.op_model(op)?;
+        let hit = |m: &'a crate::calibrate::model::OpModel, prefs: &[String], borrowed: Option<&'a Borrowed>| {
+            pick_measured(m, prefs, dtype).map(|(category, exact)| Resolved { model: m, category, exact, borrowed })
+        };
         if !borrow {
-            return pick_measured(own, prefs, dtype).map(|(c, exact)| (own, c, exact));
+            return hit(own, prefs, None);
         }
         prefs.iter().find_map(|p| {
             let one = std::slice::from_ref(p);
-            let hit = |m: &'a crate::calibrate::model::OpModel| pick_measured(m, one, dtype).map(|(c, exact)| (m, c, exact));
-            hit(own).or_else(|| self.borrowed_models(op).find_map(|(m, _)| hit(m)))
+            hit(own, one, None).or_else(|| self.borrowed_models(op).find_map(|(m, b)| hit(m, one, Some(b))))
         })
     }
 
@@ -214,9 +236,9 @@ impl KernelModel {
         let mut out: Vec<String> = Vec::new();
         for (op, prefs) in self.libraries.iter().filter(|(op, _)| self.named.contains(op)) {
             for dtype in [Dtype::Bf16, Dtype::Fp8, Dtype::Fp4] {
-                let Some((m, c, _)) = self.resolve(*op, prefs, dtype, true) else { continue };
-                let Some((_, from)) = self.borrowed_models(*op).find(|(b, _)| std::ptr::eq(*b, m)) else { continue };
-                let label = format!("{}={c} ({from})", op.as_str());
+                let Some(Resolved { category, borrowed: Some(b), .. }) = self.resolve(*op, prefs, dtype, true) else { continue };
+                let from = b.sibling.as_ref().map(|s| format!("{}'s target", s.id)).unwrap_or_else(|| "cross-gen".into());
+                let label = format!("{}={category} ({from})", op.as_str());
                 if !out.contains(&label) {
                     out.push(label);
                 }
@@ -295,11 +317,11 @@ impl KernelModel {
         // the op may come from the cross-gen model; an engine profile's list may not.
         let borrow = pref.is_some() || self.named.contains(&k.op);
         match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
-            Some((m, category, true)) => self.predict_in(m, k, category),
-            Some((m, category, false)) => {
+            Some(r) if r.exact => self.predict_in(&r, k),
+            Some(r) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
                 let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
-                let t16 = self.predict_in(m, &k16, category);
+                let t16 = self.predict_in(&r, &k16);
                 let ratio = sol(k, &self.gpu).sol_us / sol(&k16, &self.gpu).sol_us;
                 (t16 * ratio).max(sol(k, &self.gpu).sol_us)
             }
@@ -388,7 +410,7 @@ impl KernelTimeModel for KernelModel {
     }
 
     fn engine_library(&self, op: Op, dtype: Dtype) -> Option<String> {
-        self.resolve(op, self.libraries.get(&op)?, dtype, self.named.contains(&op)).map(|(_, category, _)| category.to_string())
+        self.resolve(op, self.libraries.get(&op)?, dtype, self.named.contains(&op)).map(|r| r.category.to_string())
     }
 
     fn tier(&self) -> Tier {
@@ -467,7 +489,7 @@ mod tests {
     fn a_named_library_this_gpu_never_measured_is_borrowed_from_its_sibling() {
         let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
         let km = KernelModel::load(&h100, Tier::Target).unwrap();
-        if km.tier_for(Op::Moe) != Tier::Target || km.borrowed_models(Op::Moe).next().is_none() {
+        if km.tier_for(Op::Moe) != Tier::Target {
             return; // no target MoE model shipped
         }
         let gptoss = "vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin".to_string();
@@ -476,7 +498,7 @@ mod tests {
         assert!(pick_measured(km.op_model(Op::Moe).unwrap(), std::slice::from_ref(&gptoss), Dtype::Fp4).is_none(), "H100 measured gpt-oss Marlin after all");
         let listed = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs);
         assert!(listed.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&other));
-        let named = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs).with_named_libraries([Op::Moe].into());
+        let named = KernelModel::load(&h100, Tier::Target).unwrap().with_op_backends(&prefs).with_named_libraries([Op::Moe].into()).unwrap();
         assert!(named.engine_library(Op::Moe, Dtype::Fp4).unwrap().starts_with(&gptoss));
         assert!(named.describe().contains("never measured: moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"), "{}", named.describe());
         assert!(named.describe().contains("(h200_sxm's target)"), "{}", named.describe());

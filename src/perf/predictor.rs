@@ -114,7 +114,7 @@ impl Predictor {
         kv_cap_tokens: u64,
     ) -> anyhow::Result<Predictor> {
         dep.validate()?;
-        let km = km.with_op_backends(&engine.op_backends()?).with_named_libraries(engine.named_ops()?);
+        let km = km.with_op_backends(&engine.op_backends()?).with_named_libraries(engine.named_ops()?)?;
         // An unfused op whose engine library the kernel model has measured is timed as that
         // library; its pieces still count as launches.
         let (measured, unfused): (BTreeMap<_, _>, BTreeMap<_, _>) =
