@@ -459,6 +459,11 @@ impl KernelRow {
     pub fn new(kernel: Kernel) -> Self {
         KernelRow { kernel, latency_us: None, gpu: None, source: None, backend: None, extra: vec![] }
     }
+
+    /// The value of pass-through column `name`, if the file has it.
+    pub fn extra_value(&self, name: &str) -> Option<&str> {
+        self.extra.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
 }
 
 const PROVENANCE_COLUMNS: [&str; 4] = ["latency_us", "gpu", "source", "backend"];

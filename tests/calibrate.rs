@@ -2,6 +2,7 @@
 //! t = 4 us + SOL / 0.7 on every GPU (a latency term plus a constant efficiency), so a correct
 //! fit predicts held-out shapes and unseen GPUs almost exactly.
 
+use kernelsight::kernels::cost::Routing;
 use kernelsight::calibrate::dataset::Measurement;
 use kernelsight::calibrate::model::FitParams;
 use kernelsight::calibrate::store::Store;
@@ -28,6 +29,7 @@ fn synthetic(gpus: &[&str]) -> Data {
                 gpu: "h200_sxm".into(),
                 backend: "lib".into(),
                 source: "synthetic".into(),
+                routing: Routing::Uniform,
             });
         }
     }
@@ -42,6 +44,7 @@ fn synthetic(gpus: &[&str]) -> Data {
                         gpu: g.to_string(),
                         backend: "lib".into(),
                         source: "synthetic".into(),
+                        routing: Routing::Uniform,
                     });
                 }
             }

@@ -1,6 +1,7 @@
 //! `sol` on FlashInfer-Trace fixtures: counts checked against hand computation from the
 //! definitions' shapes, every fixture definition and workload evaluated, bad input rejected.
 
+use kernelsight::kernels::cost::Routing;
 use kernelsight::hardware::load_gpu;
 use kernelsight::headroom::trace::{Definition, Workload};
 use kernelsight::headroom::verdict::Verdict;
@@ -280,7 +281,7 @@ fn calibrated_model_lowers_the_practical_bound() {
             for k in [1024u64, 4096, 8192] {
                 let kern = Kernel::gemm(Dtype::Bf16, m, n, k);
                 let latency_us = sol(&kern, &gpu).sol_us * 1.01;
-                rows.push(Measurement { latency_us, kernel: kern, gpu: "h200_sxm".into(), backend: "lib".into(), source: "synthetic".into() });
+                rows.push(Measurement { routing: Routing::Uniform, latency_us, kernel: kern, gpu: "h200_sxm".into(), backend: "lib".into(), source: "synthetic".into() });
             }
         }
     }

@@ -3,7 +3,8 @@
 //! collapsed to their median.
 
 use crate::hardware::GpuSpec;
-use crate::schema::{read_rows_from, Kernel, KernelRow};
+use crate::kernels::cost::Routing;
+use crate::schema::{read_rows_from, Kernel, KernelRow, Op};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -21,6 +22,8 @@ pub struct Measurement {
     /// of one aggregated row are joined with `+`.
     pub source: String,
     pub latency_us: f64,
+    /// How a MoE row's tokens were spread over experts (its SOL counts the experts read).
+    pub routing: Routing,
 }
 
 /// Strips the version from `framework-1.2.3[/variant]` and appends the kernel name.
@@ -112,24 +115,38 @@ pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec
                 if cols.is_empty() { "none".to_string() } else { cols.join(", ") }
             );
         };
-        let gpu = r.gpu.ok_or_else(|| anyhow!("{origin}: line {line}: empty 'gpu' column; say which GPU measured the row"))?;
+        let gpu = r.gpu.clone().ok_or_else(|| anyhow!("{origin}: line {line}: empty 'gpu' column; say which GPU measured the row"))?;
         if !known.contains(gpu.as_str()) {
             bail!(
                 "{origin}: line {line}: unknown gpu '{gpu}'; known: {} (add a spec under hw_specs/)",
                 known.iter().copied().collect::<Vec<_>>().join(", ")
             );
         }
-        let kernel_name = r.extra.iter().find(|(n, _)| n == "kernel").map(|(_, v)| v.as_str());
+        let kernel_name = r.extra_value("kernel");
         let backend = without_gpu_name(&backend_category(r.backend.as_deref(), kernel_name), &gpu);
-        out.push(Measurement {
-            backend,
-            source: r.source.unwrap_or_else(|| "unknown".to_string()),
-            kernel: r.kernel,
-            gpu,
-            latency_us,
-        });
+        let source = r.source.clone().unwrap_or_else(|| "unknown".to_string());
+        let routing = row_routing(&r.kernel, r.extra_value("routing"), &backend, &source).with_context(|| format!("{origin}: line {line}"))?;
+        out.push(Measurement { backend, source, kernel: r.kernel, gpu, latency_us, routing });
     }
     Ok(out)
+}
+
+/// The routing a MoE row was measured with: its `routing` column (the collector's), else
+/// aiconfigurator's convention (balanced unless the backend names a `power_law_` variant), else
+/// uniform. Skewed (power-law) rows count experts as uniform routing would: an approximation,
+/// their categories never stand in for served traffic's library (`perf::efficiency`).
+pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str) -> Result<Routing> {
+    if k.op != Op::Moe {
+        return Ok(Routing::Uniform);
+    }
+    match column.map(str::trim).filter(|c| !c.is_empty()) {
+        Some("balanced") => Ok(Routing::Balanced),
+        Some("uniform") => Ok(Routing::Uniform),
+        Some(c) if c.starts_with("power_law_") => Ok(Routing::Uniform),
+        Some(c) => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha>)"),
+        None if source.starts_with("aiconfigurator") && !backend.contains("power_law_") => Ok(Routing::Balanced),
+        None => Ok(Routing::Uniform),
+    }
 }
 
 /// Reads every measurement file under `dirs` (missing directories are skipped, with a note).
@@ -157,24 +174,24 @@ pub fn load_dirs(dirs: &[PathBuf], specs: &[GpuSpec]) -> Result<(Vec<Measurement
 /// Collapses re-measurements (same GPU, backend category and kernel) to their median latency,
 /// sorted deterministically.
 pub fn aggregate(rows: Vec<Measurement>) -> Vec<Measurement> {
-    let mut groups: HashMap<(String, String, Kernel), (Vec<f64>, BTreeSet<String>)> = HashMap::new();
+    let mut groups: HashMap<(String, String, Kernel, Routing), (Vec<f64>, BTreeSet<String>)> = HashMap::new();
     for m in rows {
-        let e = groups.entry((m.gpu, m.backend, m.kernel)).or_default();
+        let e = groups.entry((m.gpu, m.backend, m.kernel, m.routing)).or_default();
         e.0.push(m.latency_us);
         e.1.insert(m.source);
     }
     let mut out: Vec<Measurement> = groups
         .into_iter()
-        .map(|((gpu, backend, kernel), (mut lats, sources))| {
+        .map(|((gpu, backend, kernel, routing), (mut lats, sources))| {
             lats.sort_by(|a, b| a.total_cmp(b));
             let n = lats.len();
             let latency_us = if n % 2 == 1 { lats[n / 2] } else { (lats[n / 2 - 1] + lats[n / 2]) / 2.0 };
-            Measurement { kernel, gpu, backend, source: sources.into_iter().collect::<Vec<_>>().join("+"), latency_us }
+            Measurement { kernel, gpu, backend, source: sources.into_iter().collect::<Vec<_>>().join("+"), latency_us, routing }
         })
         .collect();
     out.sort_by(|a, b| {
-        (&a.gpu, a.kernel.op, &a.backend, a.kernel.shape_string(), a.kernel.dtype)
-            .cmp(&(&b.gpu, b.kernel.op, &b.backend, b.kernel.shape_string(), b.kernel.dtype))
+        (&a.gpu, a.kernel.op, &a.backend, a.kernel.shape_string(), a.kernel.dtype, a.routing)
+            .cmp(&(&b.gpu, b.kernel.op, &b.backend, b.kernel.shape_string(), b.kernel.dtype, b.routing))
     });
     out
 }
@@ -237,6 +254,26 @@ mod tests {
     }
 
     #[test]
+    fn moe_rows_carry_the_routing_they_were_measured_with() {
+        let specs = builtin_specs().unwrap();
+        let head = "op,dtype,num_tokens,hidden,inter,topk,num_experts,tp,ep,latency_us,gpu,source,backend";
+        let row = "moe,bf16,32,2880,2880,4,128,1,1,50,h200_sxm";
+        let read = |csv: String| rows_to_measurements(read_rows_from(csv.as_bytes(), "m.csv").unwrap(), "m.csv", &specs);
+        // The collector's column wins; aiconfigurator's convention is balanced unless the
+        // backend names a power-law variant; anything else routes uniformly.
+        let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n{row},kernelsight,lib,\n")).unwrap();
+        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::Uniform, Routing::Uniform]);
+        let m = read(format!("{head}\n{row},aiconfigurator,vllm-0.24.0\n{row},aiconfigurator,vllm-0.24.0/power_law_1.01\n")).unwrap();
+        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::Uniform]);
+        let err = read(format!("{head},routing\n{row},kernelsight,lib,zipf\n")).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("m.csv: line 2") && err.contains("'zipf'") && err.contains("balanced, uniform, power_law_<alpha>"), "{err}");
+        // A balanced and a skewed measurement of one shape stay apart.
+        let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n")).unwrap();
+        assert_eq!(aggregate(m).len(), 2);
+    }
+
+    #[test]
     fn aggregate_takes_the_median_per_gpu_backend_and_shape() {
         let k = Kernel::gemm(Dtype::Bf16, 16, 32, 64);
         let m = |lat: f64, backend: &str| Measurement {
@@ -245,6 +282,7 @@ mod tests {
             backend: backend.into(),
             source: "s".into(),
             latency_us: lat,
+            routing: Routing::Uniform,
         };
         let out = aggregate(vec![m(3.0, "a"), m(1.0, "a"), m(10.0, "a"), m(7.0, "b"), m(5.0, "b")]);
         assert_eq!(out.len(), 2);

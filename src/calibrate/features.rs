@@ -4,8 +4,8 @@
 //! on ratios, not absolute magnitudes.
 
 use crate::hardware::{GpuSpec, LinkKind};
-use crate::kernels::cost::MlaModule;
-use crate::perf::sol::{collective_wire_bytes, mla_module_sol, scaleout_us, sol, Sol};
+use crate::kernels::cost::{MlaModule, Routing};
+use crate::perf::sol::{collective_wire_bytes, mla_module_sol, scaleout_us, sol, sol_routed, Sol};
 use crate::schema::{Dtype, Kernel, Op};
 
 /// The class of link a collective runs over: the scale-up fabric (NVLink through NVSwitch, or
@@ -377,22 +377,33 @@ pub fn collective_sol_on(k: &Kernel, gpu: &GpuSpec, class: LinkClass, per_node: 
     Sol { memory_us: net_us, sol_us: net_us.max(s.compute_us), ..s }
 }
 
-/// Features and SOL together (the SOL is needed again to turn a predicted ratio into time).
+/// Features and SOL together (the SOL is needed again to turn a predicted ratio into time),
+/// MoE experts hit by uniform routing (served traffic).
 pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, Sol) {
-    let s = row_sol(k, gpu, backend);
+    extract_with_sol_routed(k, gpu, backend, Routing::Uniform)
+}
+
+/// As `extract_with_sol` for a row measured with `routing`.
+pub fn extract_with_sol_routed(k: &Kernel, gpu: &GpuSpec, backend: &str, routing: Routing) -> (Vec<f64>, Sol) {
+    let s = row_sol_routed(k, gpu, backend, routing);
     (extract(k, gpu, &s, backend), s)
 }
 
-/// SOL of a measured row from its provenance: a collective on the link class it ran over, an
-/// MLA module row with its projections (`mla_module_weights`), anything else `perf::sol`.
+/// SOL of a row from its provenance: a collective on the link class it ran over, an MLA
+/// module row with its projections (`mla_module_weights`), anything else `perf::sol`.
 pub fn row_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> Sol {
+    row_sol_routed(k, gpu, backend, Routing::Uniform)
+}
+
+/// As `row_sol`, a MoE row's expert reads counted for the routing it was measured with.
+pub fn row_sol_routed(k: &Kernel, gpu: &GpuSpec, backend: &str, routing: Routing) -> Sol {
     if k.op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         collective_sol_on(k, gpu, class, LinkClass::gpus_per_node_of_row(gpu, k.num_gpus, backend))
     } else if let Some(w) = mla_module_weights(k.op, backend) {
         mla_module_sol(k, gpu, &MlaModule::DEEPSEEK_V3, w)
     } else {
-        sol(k, gpu)
+        sol_routed(k, gpu, routing)
     }
 }
 

@@ -17,7 +17,7 @@ pub mod validate;
 
 use crate::hardware::GpuSpec;
 use crate::perf::roofline::RooflineParams;
-use crate::perf::sol::sol;
+use crate::perf::sol::sol_routed;
 use anyhow::{anyhow, Result};
 use dataset::Measurement;
 use model::{fit_set, FitParams, ModelSet};
@@ -92,7 +92,7 @@ pub fn fit_roofline(rows: &[&Measurement], spec: &dyn Fn(&str) -> GpuSpec) -> Ro
     let mut specs: BTreeMap<&str, GpuSpec> = BTreeMap::new();
     for m in rows {
         let g = specs.entry(m.gpu.as_str()).or_insert_with(|| spec(&m.gpu));
-        let s = sol(&m.kernel, g);
+        let s = sol_routed(&m.kernel, g, m.routing);
         by_class.entry(m.kernel.op.class()).or_default().push((s.sol_us / m.latency_us).min(1.0));
     }
     let mut params = RooflineParams::default();

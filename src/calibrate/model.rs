@@ -7,6 +7,7 @@ use super::dataset::Measurement;
 use super::features::{self, LinkClass};
 use super::gbdt::{Gbdt, GbdtParams};
 use crate::hardware::GpuSpec;
+use crate::kernels::cost::Routing;
 use crate::perf::roofline::RooflineParams;
 use crate::perf::sol::Sol;
 use crate::schema::{Kernel, Op};
@@ -422,7 +423,7 @@ impl OpModel {
             .iter()
             .map(|m| {
                 let g = spec(&m.gpu);
-                let (x, s) = features::extract_with_sol(&m.kernel, g, &m.backend);
+                let (x, s) = features::extract_with_sol_routed(&m.kernel, g, &m.backend, m.routing);
                 (x, s, *m, base_key(op, g, &m.kernel, &m.backend))
             })
             .collect();
@@ -536,9 +537,15 @@ impl OpModel {
         }
     }
 
-    /// Predicted time of `k` on `gpu` with `backend` (None = the default one), never below SOL.
+    /// Predicted time of `k` on `gpu` with `backend` (None = the default one), never below SOL;
+    /// a MoE kernel's tokens routed uniformly (served traffic).
     pub fn predict_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
-        self.predict_in_form(self.form, k, gpu, backend)
+        self.predict_in_form(self.form, k, gpu, backend, Routing::Uniform)
+    }
+
+    /// As `predict_us` for a kernel whose tokens are routed as `routing` (a measured row's).
+    pub fn predict_routed_us(&self, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>, routing: Routing) -> f64 {
+        self.predict_in_form(self.form, k, gpu, backend, routing)
     }
 
     /// Whether `features` (stored at fit time) are what `features::names` gives now.
@@ -560,20 +567,20 @@ impl OpModel {
     }
 
     /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
-    fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>) -> f64 {
+    fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>, routing: Routing) -> f64 {
         if backend.is_none() && matches!(self.op, Op::MlaPrefill | Op::MlaDecode) && model_path(self.op, &self.default_backend).is_some() {
             // A caller naming no backend asks for the attention core (the step graph emits the
             // projections as GEMMs of their own), but this model knows only whole-module rows:
             // the module's predicted time, at the core's share of the module's SOL.
             let module = features::row_sol(k, gpu, &self.default_backend).sol_us;
             let core = crate::perf::sol::sol(k, gpu).sol_us;
-            return (self.predict_in_form(form, k, gpu, Some(&self.default_backend)) * core / module).max(core);
+            return (self.predict_in_form(form, k, gpu, Some(&self.default_backend), routing) * core / module).max(core);
         }
         let backend = backend.unwrap_or(&self.default_backend);
         if let Some(sub) = model_path(self.op, backend).and_then(|p| self.by_path.get(p)) {
-            return sub.predict_in_form(form, k, gpu, Some(backend));
+            return sub.predict_in_form(form, k, gpu, Some(backend), routing);
         }
-        let (feat, s) = features::extract_with_sol(k, gpu, backend);
+        let (feat, s) = features::extract_with_sol_routed(k, gpu, backend, routing);
         let base =
             base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
         let y = match form {
@@ -684,6 +691,7 @@ pub fn fit_set<'a>(
 
 #[cfg(test)]
 mod tests {
+    use crate::kernels::cost::Routing;
     use super::*;
 
     #[test]
@@ -725,7 +733,7 @@ mod tests {
                 k.bytes = 1u64 << p;
                 let wire = 2.0 * (n as f64 - 1.0) / n as f64 * k.bytes as f64;
                 let latency_us = lat + wire / (eff * gbps * 1e9) * 1e6;
-                rows.push(Measurement { kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
+                rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
             }
         }
         let refs: Vec<&Measurement> = rows.iter().collect();
@@ -768,7 +776,7 @@ mod tests {
             for t in [16u64, 64, 256, 1024, 4096, 16384] {
                 let k = Kernel { num_tokens: t, hidden: 8192, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
                 let latency_us = 4.0 + sol(&k, g).sol_us / eff;
-                rows.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
+                rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
             }
         }
         let refs: Vec<&Measurement> = rows.iter().collect();
@@ -781,6 +789,31 @@ mod tests {
         let k = Kernel { num_tokens: 8192, hidden: 8192, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
         let expected = 4.0 + 3.0 * sol(&k, &a100).sol_us;
         assert!((m.predict_us(&k, &a100, None) - expected).abs() < 1e-6 * expected);
+    }
+
+    #[test]
+    fn balanced_rows_teach_the_time_per_expert_read_and_uniform_traffic_reads_fewer() {
+        use crate::hardware::load_gpu;
+        use crate::perf::sol::sol_routed;
+        // A kernel at 40 % of bandwidth on the weights it reads, + 5 us, measured with balanced
+        // routing (every assignment on its own expert up to 128).
+        let g = load_gpu("h200_sxm").unwrap();
+        let moe = |t: u64| Kernel { num_tokens: t, hidden: 2880, inter: 2880, topk: 4, num_experts: 128, tp: 2, ep: 1, ..Kernel::new(Op::Moe, crate::schema::Dtype::Bf16) };
+        let truth = |t: u64, r: Routing| 5.0 + sol_routed(&moe(t), &g, r).memory_us / 0.4;
+        let rows: Vec<Measurement> = [1u64, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256]
+            .into_iter()
+            .map(|t| Measurement { routing: Routing::Balanced, kernel: moe(t), gpu: g.id.clone(), backend: "lib".into(), source: "s".into(), latency_us: truth(t, Routing::Balanced) })
+            .collect();
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let mut m = OpModel::fit(Op::Moe, &refs, &|_: &str| &g, &FitParams::default());
+        m.form = Form::BaseOnly;
+        // The measured rows are reproduced with their own routing, and served (uniform) traffic
+        // at 32 tokens reads ~81 of 128 experts: ~0.64x the balanced time, not the same time.
+        let balanced = m.predict_routed_us(&moe(32), &g, None, Routing::Balanced);
+        assert!((balanced / truth(32, Routing::Balanced) - 1.0).abs() < 0.01, "{balanced}");
+        let uniform = m.predict_us(&moe(32), &g, None);
+        assert!((uniform / truth(32, Routing::Uniform) - 1.0).abs() < 0.01, "{uniform} vs {}", truth(32, Routing::Uniform));
+        assert!(uniform < 0.7 * balanced, "{uniform} vs {balanced}");
     }
 
     #[test]
@@ -806,7 +839,7 @@ mod tests {
                 for h in [2048u64, 4096, 8192] {
                     let k = kernel(t, h);
                     let latency_us = truth.time_us(sol(&k, g).bytes, g);
-                    rows.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
+                    rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
                 }
             }
         }
@@ -848,7 +881,7 @@ mod tests {
             for i in 0..n {
                 let k = Kernel { num_tokens: 16 << (i % 12), hidden: 1024 << (i / 12), ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
                 let latency_us = lat + c * sol(&k, &h100).sol_us;
-                rows.push(Measurement { kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
+                rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
             }
         }
         let refs: Vec<&Measurement> = rows.iter().collect();
@@ -875,7 +908,7 @@ mod tests {
             k.num_gpus = 4;
             k.bytes = 16_384 + i * 16_384;
             let sol_us = features::extract_with_sol(&k, &h100, "nccl").1.sol_us;
-            let row = |backend: &str, latency_us: f64| Measurement { kernel: k.clone(), gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us };
+            let row = |backend: &str, latency_us: f64| Measurement { routing: Routing::Uniform, kernel: k.clone(), gpu: "h100_sxm".into(), backend: backend.into(), source: "s".into(), latency_us };
             rows.push(row("nccl", 11.0 + 1.2 * sol_us));
             rows.push(row("vidur/dgx/all_reduce", if (i / 3) % 2 == 0 { 40.0 } else { 8.0 }));
         }
@@ -967,6 +1000,7 @@ mod tests {
                         backend: backend.into(),
                         source: "s".into(),
                         latency_us: (lat + 1.25 * sol_us) * bump,
+                        routing: Routing::Uniform,
                     });
                 }
             }
@@ -1014,6 +1048,7 @@ mod tests {
                         backend: backend.into(),
                         source: "s".into(),
                         latency_us,
+                        routing: Routing::Uniform,
                     };
                     rows.push(row("vllm/core_kernel", 20.0 + 4.0 * core));
                     rows.push(row("vllm/module_gemm_bfloat16/K", 80.0 + 2.0 * module));

@@ -139,14 +139,14 @@ fn inner_check<'a>(
             let g = spec(&m.gpu);
             let err = |p: f64| (p / m.latency_us).ln().abs();
             inner.form = Form::Learned;
-            l.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            l.push(err(inner.predict_routed_us(&m.kernel, g, Some(&m.backend), m.routing)));
             inner.form = Form::BaseOnly;
-            b.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            b.push(err(inner.predict_routed_us(&m.kernel, g, Some(&m.backend), m.routing)));
             inner.form = Form::Roofline;
-            r.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+            r.push(err(inner.predict_routed_us(&m.kernel, g, Some(&m.backend), m.routing)));
             if with_two_resource {
                 inner.form = Form::TwoResource;
-                t.push(err(inner.predict_us(&m.kernel, g, Some(&m.backend))));
+                t.push(err(inner.predict_routed_us(&m.kernel, g, Some(&m.backend), m.routing)));
             }
         }
         learned.push(median(&mut l));
@@ -176,6 +176,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use crate::kernels::cost::Routing;
     use super::*;
     use crate::calibrate::model::TwoResourceBase;
     use crate::hardware::load_gpu;
@@ -194,7 +195,7 @@ mod tests {
                     k.hidden = h;
                     let s = sol(&k, g).sol_us;
                     let latency_us = 3.0 + s * 1.25 * factor(&g.id, &k);
-                    out.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "synthetic".into(), latency_us });
+                    out.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "synthetic".into(), latency_us });
                 }
             }
         }
@@ -256,7 +257,7 @@ mod tests {
                 for h in [1024u64, 2048, 4096, 6144, 8192, 16384] {
                     let k = Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, Dtype::Bf16) };
                     let latency_us = 3.0 + 2.0 * sol(&k, g).sol_us;
-                    data.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "s".into(), latency_us });
+                    data.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "lib".into(), source: "s".into(), latency_us });
                 }
             }
         }
@@ -283,7 +284,7 @@ mod tests {
                 for h in [1024u64, 2048, 4096, 6144, 8192, 16384] {
                     let k = Kernel { num_tokens: t, hidden: h, ..Kernel::new(Op::Rmsnorm, Dtype::Fp16) };
                     let latency_us = time_us(g, sol(&k, g).bytes);
-                    data.push(Measurement { kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
+                    data.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "vidur/rmsnorm".into(), source: "s".into(), latency_us });
                 }
             }
         }

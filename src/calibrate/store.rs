@@ -140,6 +140,7 @@ pub fn write_json_gz<T: Serialize>(dir: &Path, rel: &str, value: &T) -> Result<P
 
 #[cfg(test)]
 mod tests {
+    use crate::kernels::cost::Routing;
     use super::*;
 
     #[test]
@@ -171,7 +172,7 @@ mod tests {
             .map(|i| {
                 let k = Kernel::gemm(Dtype::Bf16, 1 + i * 37, 4096, 4096);
                 let latency_us = 5.0 + crate::perf::sol::sol(&k, &g).sol_us * if i % 2 == 0 { 1.3 } else { 2.1 };
-                Measurement { kernel: k, gpu: g.id.clone(), backend: "cublas".into(), source: "s".into(), latency_us }
+                Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: "cublas".into(), source: "s".into(), latency_us }
             })
             .collect();
         let refs: Vec<&Measurement> = rows.iter().collect();

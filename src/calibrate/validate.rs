@@ -8,8 +8,8 @@ use super::model::{fit_set, FitParams, Form};
 use super::select::InnerCheck;
 use super::{fit_roofline, Data, MIN_CROSS_GEN_ROWS, MIN_TARGET_ROWS};
 use crate::perf::roofline::RooflineModel;
-use crate::perf::sol::sol;
-use crate::perf::{KernelTimeModel, Tier};
+use crate::perf::sol::sol_routed;
+use crate::perf::Tier;
 use crate::schema::{Kernel, Op};
 use anyhow::{bail, Result};
 use rayon::prelude::*;
@@ -37,7 +37,7 @@ impl ValRow {
         // An MLA module row's SOL includes its projections.
         let sol_us = match super::features::mla_module_weights(m.kernel.op, &m.backend) {
             Some(_) => super::features::row_sol(&m.kernel, gpu, &m.backend).sol_us,
-            None => sol(&m.kernel, gpu).sol_us,
+            None => sol_routed(&m.kernel, gpu, m.routing).sol_us,
         };
         ValRow {
             tier,
@@ -109,9 +109,9 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
             .par_iter()
             .flat_map_iter(|m| {
                 let row = |tier: Tier, predicted_us: f64| ValRow::of(tier, m, gpu, predicted_us);
-                let mut v = vec![row(Tier::Roofline, roof.predict_us(&m.kernel))];
+                let mut v = vec![row(Tier::Roofline, roof.predict_routed_us(&m.kernel, m.routing))];
                 for (tier, set) in [(Tier::Target, &target), (Tier::CrossGen, &cross)] {
-                    if let Some(p) = set.ops.get(&m.kernel.op).map(|om| om.predict_us(&m.kernel, gpu, Some(&m.backend))) {
+                    if let Some(p) = set.ops.get(&m.kernel.op).map(|om| om.predict_routed_us(&m.kernel, gpu, Some(&m.backend), m.routing)) {
                         v.push(row(tier, p));
                     }
                 }
@@ -127,7 +127,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
                 let om = sib.ops.get(&m.kernel.op)?;
                 let knows = om.backends.iter().chain(om.by_path.values().flat_map(|p| p.backends.iter())).any(|c| c == &m.backend);
                 knows.then(|| {
-                    let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend);
+                    let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend, m.routing);
                     (s.clone(), ValRow::of(Tier::Target, m, gpu, predicted_us))
                 })
             }).collect::<Vec<_>>());

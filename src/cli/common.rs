@@ -4,7 +4,10 @@ use crate::hardware::{load_gpu, GpuSpec};
 use crate::model::ModelConfig;
 use crate::perf::Tier;
 use crate::schema::Dtype;
-use anyhow::Result;
+use crate::perf::efficiency::KernelModel;
+use crate::schema::Op;
+use crate::sim::engine::{Backends, EngineParams};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 #[derive(Debug, Clone, Args)]
@@ -52,5 +55,52 @@ impl DeployArgs {
         };
         dep.validate()?;
         Ok((model, gpu, dep))
+    }
+}
+
+/// `--kernel-backend OP=PREFIX[,PREFIX...]` flags: libraries the user names for an op family.
+#[derive(Debug, Default)]
+pub struct NamedBackends(Vec<(String, String, Vec<String>)>);
+
+impl NamedBackends {
+    pub fn parse(specs: &[String]) -> Result<Self> {
+        let mut out = Vec::new();
+        for spec in specs {
+            let Some((op, list)) = spec.split_once('=') else {
+                bail!("--kernel-backend '{spec}': expected OP=PREFIX[,PREFIX...], e.g. moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin");
+            };
+            let prefixes: Vec<String> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+            if op.trim().is_empty() || prefixes.is_empty() {
+                bail!("--kernel-backend '{spec}': both the op and at least one library prefix are needed");
+            }
+            out.push((spec.clone(), op.trim().to_string(), prefixes));
+        }
+        Ok(Self(out))
+    }
+
+    /// Replace the engine's `[kernel_backends]` entries (the op names are checked by the
+    /// engine's validation).
+    pub fn apply(&self, engine: &mut EngineParams) {
+        for (_, op, prefixes) in &self.0 {
+            engine.named_backends.insert(op.clone());
+            engine.kernel_backends.insert(op.clone(), Backends::Many(prefixes.clone()));
+        }
+    }
+
+    /// The kernel model for `tier`, with same-die siblings loaded when a library is named; a
+    /// named library the model never measured is an error listing the ones it did.
+    pub fn kernel_model(&self, gpu: &GpuSpec, dep: &Deployment, tier: Tier) -> Result<KernelModel> {
+        let mut km = KernelModel::load(gpu, tier)?;
+        if self.0.is_empty() {
+            return Ok(km);
+        }
+        km = km.with_siblings()?;
+        for (spec, op, prefixes) in &self.0 {
+            let op: Op = op.parse().with_context(|| format!("--kernel-backend '{spec}'"))?;
+            if let Some(known) = km.unknown_library(op, prefixes, dep.weight_dtype) {
+                bail!("--kernel-backend '{spec}': no {} library calibrated for {} ({}) starts with {}; allowed: {}", op.as_str(), gpu.id, km.tier_used().as_str(), prefixes.join(" or "), known.join(", "));
+            }
+        }
+        Ok(km)
     }
 }

@@ -1,7 +1,7 @@
 //! `kernelsight kernel`: SOL and predicted time of one kernel, or of a CSV of kernels.
 use crate::hardware::load_gpu;
 use crate::perf::efficiency::KernelModel;
-use crate::perf::sol::sol;
+use crate::perf::sol::{sol, sol_routed};
 use crate::perf::{KernelTimeModel, Tier};
 use crate::schema::{read_rows, write_rows, Dtype, Kernel, Op};
 use anyhow::{bail, Context, Result};
@@ -131,10 +131,14 @@ pub fn run(args: KernelArgs) -> Result<()> {
                 check_library(&model, r.kernel.op, b, r.kernel.dtype, &gpu).with_context(|| format!("{}: data row {}", input.display(), i + 1))?;
             }
         }
-        let preds: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (sol(&r.kernel, &gpu).sol_us, model.predict_us_with(&r.kernel, r.backend.as_deref().or(args.backend.as_deref()))))
-            .collect();
+        // A MoE row measured with balanced routing is predicted for the experts it read.
+        let mut preds: Vec<(f64, f64)> = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let routing = crate::calibrate::dataset::row_routing(&r.kernel, r.extra_value("routing"), r.backend.as_deref().unwrap_or(""), r.source.as_deref().unwrap_or(""))
+                .with_context(|| format!("{}: data row {}", input.display(), i + 1))?;
+            let backend = r.backend.as_deref().or(args.backend.as_deref());
+            preds.push((sol_routed(&r.kernel, &gpu, routing).sol_us, model.predict_routed_us_with(&r.kernel, backend, routing)));
+        }
         let fmt = |i: usize| vec![format!("{:.4}", preds[i].0), format!("{:.4}", preds[i].1)];
         match &args.output {
             Some(p) => {

@@ -1,11 +1,10 @@
 //! `kernelsight simulate`: serve a workload on a deployment and report latency and throughput.
-use super::common::DeployArgs;
+use super::common::{DeployArgs, NamedBackends};
 use super::workload::WorkloadArgs;
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
-use crate::perf::efficiency::KernelModel;
 use crate::perf::predictor::Predictor;
 use crate::perf::Tier;
 use crate::report::{self, Outputs};
@@ -101,19 +100,6 @@ fn positive(flag: &str, v: i64) -> Result<u32> {
     Ok(v as u32)
 }
 
-/// `OP=PREFIX[,PREFIX...]` of `--kernel-backend` (the op name is checked with the engine's
-/// other `[kernel_backends]` entries).
-fn parse_kernel_backend(spec: &str) -> Result<(String, Vec<String>)> {
-    let Some((op, list)) = spec.split_once('=') else {
-        bail!("--kernel-backend '{spec}': expected OP=PREFIX[,PREFIX...], e.g. moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin");
-    };
-    let prefixes: Vec<String> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
-    if op.trim().is_empty() || prefixes.is_empty() {
-        bail!("--kernel-backend '{spec}': both the op and at least one library prefix are needed");
-    }
-    Ok((op.trim().to_string(), prefixes))
-}
-
 /// Everything a run needs, resolved from the flags.
 pub struct Scenario {
     pub model: ModelConfig,
@@ -157,13 +143,8 @@ impl SimulateArgs {
             }
             engine.gpu_memory_utilization = v;
         }
-        let mut named = Vec::new();
-        for spec in &self.kernel_backends {
-            let (op, prefixes) = parse_kernel_backend(spec)?;
-            named.push((spec, op.clone(), prefixes.clone()));
-            engine.named_backends.insert(op.clone());
-            engine.kernel_backends.insert(op, crate::sim::engine::Backends::Many(prefixes));
-        }
+        let named = NamedBackends::parse(&self.kernel_backends)?;
+        named.apply(&mut engine);
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
@@ -178,17 +159,7 @@ impl SimulateArgs {
             None => model.max_context.min(u32::MAX as u64) as u32,
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
-        let mut km = KernelModel::load(&gpu, tier)?;
-        if !named.is_empty() {
-            km = km.with_siblings()?; // a named library may come from a same-die sibling
-        }
-        // A library the user names must be one the kernel model measured, not a silent fallback.
-        for (spec, op, prefixes) in &named {
-            let op: crate::schema::Op = op.parse().with_context(|| format!("--kernel-backend '{spec}'"))?;
-            if let Some(known) = km.unknown_library(op, prefixes, dep.weight_dtype) {
-                bail!("--kernel-backend '{spec}': no {} library calibrated for {} ({}) starts with {}; allowed: {}", op.as_str(), gpu.id, km.tier_used().as_str(), prefixes.join(" or "), known.join(", "));
-            }
-        }
+        let km = named.kernel_model(&gpu, &dep, tier)?;
         let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(

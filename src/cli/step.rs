@@ -1,11 +1,10 @@
 //! `kernelsight step`: the per-kernel table of one forward step.
-use super::common::DeployArgs;
+use super::common::{DeployArgs, NamedBackends};
 use crate::batch_spec::parse_batch_spec;
 use crate::kernels::memory;
-use crate::perf::efficiency::KernelModel;
 use crate::perf::predictor::Predictor;
 use crate::perf::{StepTimeModel, Tier};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 
@@ -20,6 +19,9 @@ pub struct StepArgs {
     /// Engine whose host overhead (calibration/host/<engine>.json) the step pays.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
+    /// Kernel library of one op family, `OP=PREFIX[,PREFIX...]` (repeatable), as in `simulate`.
+    #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
+    pub kernel_backends: Vec<String>,
     /// Print JSON (kernels array plus totals) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -38,9 +40,13 @@ pub fn run(args: StepArgs) -> Result<()> {
             plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu
         );
     }
-    let engine = crate::sim::engine::EngineParams::load(&args.engine)?;
+    let mut engine = crate::sim::engine::EngineParams::load(&args.engine)?;
+    let named = NamedBackends::parse(&args.kernel_backends)?;
+    named.apply(&mut engine);
+    engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
+    let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?;
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
-    let pred = Predictor::for_engine(&model, &gpu, &dep, KernelModel::load(&gpu, args.deploy.tier.unwrap_or(Tier::Target))?, &engine, host, plan.kv_capacity_tokens)?;
+    let pred = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, plan.kv_capacity_tokens)?;
     let table = pred.kernel_table(&seqs);
     // A CUDA-graph engine captures a padded shape on first use: report the replayed step and
     // say what the first one adds.

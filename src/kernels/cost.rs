@@ -48,6 +48,29 @@ pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
     e * (1.0 - (1.0 - 1.0 / e).powf(assignments))
 }
 
+/// How a MoE kernel's tokens spread over its experts, which sets the expert weights it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Routing {
+    /// Each assignment picks an expert uniformly at random: the expected distinct count. What
+    /// the simulator assumes for served traffic; also stands in for measured skewed rows.
+    #[default]
+    Uniform,
+    /// Assignments spread over as many experts as exist (min(E, T*k)): the `balanced` rows of
+    /// aiconfigurator's and kernelsight's collectors. At T*k = E this reads 1/(1-1/e) = 1.58x
+    /// the uniform expectation, so an efficiency fitted on such rows must see these bytes.
+    Balanced,
+}
+
+impl Routing {
+    /// Distinct experts hit by `assignments` routings over `e` experts.
+    pub fn active_experts(self, e: f64, assignments: f64) -> f64 {
+        match self {
+            Routing::Uniform => expected_active_experts(e, assignments),
+            Routing::Balanced => e.min(assignments.ceil()).max(0.0),
+        }
+    }
+}
+
 /// Geometry of a whole MLA module (DeepSeek-V2/V3 attention block, hidden states in, hidden
 /// states out): the attention core of an `mla_prefill` / `mla_decode` kernel plus its
 /// projections. Used for measurements that time the module (aiconfigurator's
@@ -138,8 +161,14 @@ pub fn flops(k: &Kernel) -> f64 {
     }
 }
 
-/// Compulsory HBM bytes (collectives: the per-GPU message, moved over links, not HBM).
+/// Compulsory HBM bytes (collectives: the per-GPU message, moved over links, not HBM), MoE
+/// experts hit by uniform routing.
 pub fn bytes(k: &Kernel) -> f64 {
+    bytes_routed(k, Routing::Uniform)
+}
+
+/// As `bytes`, a MoE kernel's experts hit as `routing` spreads its tokens.
+pub fn bytes_routed(k: &Kernel, routing: Routing) -> f64 {
     let f = |x: u64| x as f64;
     let d = k.dtype.bytes();
     let a = act_bytes(k.dtype);
@@ -183,7 +212,7 @@ pub fn bytes(k: &Kernel) -> f64 {
             let tp = k.tp.max(1) as f64;
             let local_experts = f(k.num_experts) / ep;
             let assignments = f(k.num_tokens) * f(k.topk) / ep;
-            let active = expected_active_experts(local_experts, assignments.min(f(k.num_tokens) * local_experts));
+            let active = routing.active_experts(local_experts, assignments.min(f(k.num_tokens) * local_experts));
             let w = active * 3.0 * f(k.hidden) * f(k.inter) / tp * d;
             // tokens in, their routed copies' results out (combined in place).
             w + 2.0 * f(k.num_tokens) * f(k.hidden) * a
@@ -274,5 +303,28 @@ mod tests {
         assert!(b > 1.9 * one_expert && b < 2.1 * one_expert, "{b}");
         k.num_tokens = 100_000;
         assert!(bytes(&k) > 63.9 * one_expert);
+    }
+
+    #[test]
+    fn balanced_routing_reads_every_expert_it_can_reach() {
+        // 128 experts, top-4: 32 tokens make 128 assignments. Balanced routing (the collectors')
+        // hits all 128 experts; uniform routing ~81 (128 * (1 - (127/128)^128)).
+        let mut k = Kernel::new(Op::Moe, Dtype::Bf16);
+        (k.num_tokens, k.hidden, k.inter, k.topk, k.num_experts, k.tp, k.ep) = (32, 2880, 2880, 4, 128, 1, 1);
+        let one_expert = 3.0 * 2880.0 * 2880.0 * 2.0;
+        let io = 2.0 * 32.0 * 2880.0 * 2.0;
+        assert_eq!(bytes_routed(&k, Routing::Balanced), 128.0 * one_expert + io);
+        let uniform = (bytes_routed(&k, Routing::Uniform) - io) / one_expert;
+        assert!((uniform - 81.1).abs() < 0.1, "{uniform}");
+        // Few assignments: balanced hits one expert per assignment; with expert parallelism
+        // each GPU holds 128/8 experts and gets 1/8 of the assignments.
+        k.num_tokens = 3;
+        assert_eq!(bytes_routed(&k, Routing::Balanced), 12.0 * one_expert + 2.0 * 3.0 * 2880.0 * 2.0);
+        (k.num_tokens, k.ep) = (64, 8);
+        assert_eq!(Routing::Balanced.active_experts(16.0, 64.0 * 4.0 / 8.0), 16.0);
+        // Many tokens: both read every expert.
+        k.num_tokens = 100_000;
+        let (b, u) = (bytes_routed(&k, Routing::Balanced), bytes_routed(&k, Routing::Uniform));
+        assert!((b - u).abs() < 1e-6 * b, "{b} {u}");
     }
 }

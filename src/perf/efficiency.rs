@@ -4,7 +4,8 @@
 //! saying so; `predict_us` is never below the kernel's SOL.
 
 use super::roofline::RooflineModel;
-use super::sol::sol;
+use super::sol::{sol, sol_routed};
+use crate::kernels::cost::Routing;
 use super::{KernelTimeModel, Tier};
 use crate::calibrate::model::ModelSet;
 use crate::calibrate::store::{self, RooflineFile, Store};
@@ -204,10 +205,10 @@ impl KernelModel {
     }
 
     /// `k` timed as `r` says: a same-die sibling's model as `sibling_time_us` says.
-    fn predict_in(&self, r: &Resolved, k: &Kernel) -> f64 {
+    fn predict_in(&self, r: &Resolved, k: &Kernel, routing: Routing) -> f64 {
         match r.borrowed.and_then(|b| b.sibling.as_ref()) {
-            Some(sib) => sibling_time_us(r.model, k, &self.gpu, sib, r.category),
-            None => r.model.predict_us(k, &self.gpu, Some(r.category)),
+            Some(sib) => sibling_time_us(r.model, k, &self.gpu, sib, r.category, routing),
+            None => r.model.predict_routed_us(k, &self.gpu, Some(r.category), routing),
         }
     }
 
@@ -288,7 +289,13 @@ impl KernelModel {
     /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
     /// own backend) over the engine's ones.
     pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
-        let t = self.predict_raw_us(k, pref);
+        self.predict_routed_us_with(k, pref, Routing::Uniform)
+    }
+
+    /// As `predict_us_with` for a MoE kernel whose tokens are routed as `routing` (a measured
+    /// row's own routing; served traffic is uniform).
+    pub fn predict_routed_us_with(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
+        let t = self.predict_raw_us(k, pref, routing);
         // A GEMM over fewer rows does a subset of the work of one over more (same n, k; the
         // library can run the larger problem's tiling, as CUDA-graph engines do by padding), so
         // its time never exceeds that of the next power-of-two row count. Measurement grids
@@ -296,14 +303,15 @@ impl KernelModel {
         // is unconstrained.
         if k.op == Op::Gemm && k.m > 1 && !k.m.is_power_of_two() {
             let up = Kernel { m: k.m.next_power_of_two(), ..k.clone() };
-            return t.min(self.predict_raw_us(&up, pref)).max(sol(k, &self.gpu).sol_us);
+            return t.min(self.predict_raw_us(&up, pref, routing)).max(sol(k, &self.gpu).sol_us);
         }
         t
     }
 
-    fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>) -> f64 {
+    fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
+        let sol_us = sol_routed(k, &self.gpu, routing).sol_us;
         let Some(m) = self.op_model(k.op) else {
-            return self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us);
+            return self.roofline.predict_routed_us(k, routing).max(sol_us);
         };
         let one;
         let prefs = match pref {
@@ -317,18 +325,18 @@ impl KernelModel {
         // the op may come from the cross-gen model; an engine profile's list may not.
         let borrow = pref.is_some() || self.named.contains(&k.op);
         match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
-            Some(r) if r.exact => self.predict_in(&r, k),
+            Some(r) if r.exact => self.predict_in(&r, k, routing),
             Some(r) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
                 let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
-                let t16 = self.predict_in(&r, &k16);
-                let ratio = sol(k, &self.gpu).sol_us / sol(&k16, &self.gpu).sol_us;
-                (t16 * ratio).max(sol(k, &self.gpu).sol_us)
+                let t16 = self.predict_in(&r, &k16, routing);
+                let ratio = sol_us / sol_routed(&k16, &self.gpu, routing).sol_us;
+                (t16 * ratio).max(sol_us)
             }
             // An engine naming none of its libraries for an op measured only as another
             // engine's implementation: the baseline, not that engine's kernels.
-            _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_us(k).max(sol(k, &self.gpu).sol_us),
-            _ => m.predict_us(k, &self.gpu, None),
+            _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_routed_us(k, routing).max(sol_us),
+            _ => m.predict_routed_us(k, &self.gpu, None, routing),
         }
     }
 }
@@ -337,9 +345,9 @@ impl KernelModel {
 /// the sibling's time on its own spec sheet plus the extra time `gpu` needs to move the
 /// kernel's compulsory bytes, since only the memory differs (H200 -> H100: 4.8 -> 3.35 TB/s);
 /// never below `gpu`'s SOL. `calibrate::validate` checks it on held-out rows.
-pub fn sibling_time_us(m: &crate::calibrate::model::OpModel, k: &Kernel, gpu: &GpuSpec, sibling: &GpuSpec, category: &str) -> f64 {
-    let extra_us = (sol(k, gpu).memory_us - sol(k, sibling).memory_us).max(0.0);
-    (m.predict_us(k, sibling, Some(category)) + extra_us).max(sol(k, gpu).sol_us)
+pub fn sibling_time_us(m: &crate::calibrate::model::OpModel, k: &Kernel, gpu: &GpuSpec, sibling: &GpuSpec, category: &str, routing: Routing) -> f64 {
+    let (here, there) = (sol_routed(k, gpu, routing), sol_routed(k, sibling, routing));
+    (m.predict_routed_us(k, sibling, Some(category), routing) + (here.memory_us - there.memory_us).max(0.0)).max(here.sol_us)
 }
 
 /// The precision a kernel-library category was measured in, from its name.

@@ -1,9 +1,10 @@
 //! The baseline kernel-time model: speed of light divided by one constant efficiency per op
 //! class, plus a per-kernel launch floor. Collectives add a fixed latency term.
 
-use super::sol::sol;
+use super::sol::sol_routed;
 use super::{KernelTimeModel, Tier};
 use crate::hardware::GpuSpec;
+use crate::kernels::cost::Routing;
 use crate::schema::Kernel;
 
 /// Default efficiencies (fraction of SOL reached) per op class. They are round figures typical
@@ -46,11 +47,10 @@ impl RooflineModel {
     pub fn new(gpu: GpuSpec) -> Self {
         RooflineModel { gpu, params: RooflineParams::default() }
     }
-}
 
-impl KernelTimeModel for RooflineModel {
-    fn predict_us(&self, k: &Kernel) -> f64 {
-        let s = sol(k, &self.gpu);
+    /// As `predict_us` for a MoE kernel whose tokens are routed as `routing` (a measured row's).
+    pub fn predict_routed_us(&self, k: &Kernel, routing: Routing) -> f64 {
+        let s = sol_routed(k, &self.gpu, routing);
         let p = &self.params;
         let eff = match k.op.class() {
             "gemm" => p.gemm,
@@ -61,6 +61,12 @@ impl KernelTimeModel for RooflineModel {
         };
         let latency = if k.op.is_collective() { p.collective_latency_us } else { 0.0 };
         (s.sol_us / eff + latency).max(p.launch_floor_us).max(s.sol_us)
+    }
+}
+
+impl KernelTimeModel for RooflineModel {
+    fn predict_us(&self, k: &Kernel) -> f64 {
+        self.predict_routed_us(k, Routing::Uniform)
     }
 
     fn tier(&self) -> Tier {

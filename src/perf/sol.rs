@@ -77,6 +77,11 @@ pub fn collective_wire_bytes(k: &Kernel) -> f64 {
 }
 
 pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
+    sol_routed(k, gpu, cost::Routing::Uniform)
+}
+
+/// As `sol`, a MoE kernel's weight reads counted for `routing` (a measured row's own routing).
+pub fn sol_routed(k: &Kernel, gpu: &GpuSpec, routing: cost::Routing) -> Sol {
     let flops = cost::flops(k);
     // Attention over an fp8 KV cache can run its matmuls in fp8 (FlashAttention-3, TRT-LLM):
     // the bound takes the faster of the two peaks.
@@ -97,7 +102,7 @@ pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
         };
         return Sol { flops, bytes: wire, compute_us, memory_us: net_us, sol_us: net_us.max(compute_us), bound: Bound::Network };
     }
-    let bytes = cost::bytes(k);
+    let bytes = cost::bytes_routed(k, routing);
     let memory_us = bytes / gpu.hbm_bytes_per_s() * 1e6;
     let bound = if compute_us >= memory_us { Bound::Compute } else { Bound::Memory };
     Sol { flops, bytes, compute_us, memory_us, sol_us: compute_us.max(memory_us), bound }
