@@ -37,7 +37,7 @@ OUTPUT_COLUMNS = SHAPE_COLUMNS + [
     "achieved_tflops", "achieved_tbps", "busbw_gbps", "backend", "gpu", "source", "routing",
 ]
 DTYPES = {"bf16", "fp8"}
-ROUTINGS = ("balanced", "power_law_1.2")
+ROUTINGS = ("balanced", "uniform", "power_law_1.2")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embedding", "sampling",
                "copy", "moe_router")
@@ -697,6 +697,8 @@ class Gpu:
         gen = torch.Generator(device="cpu").manual_seed(seed)
         if r["routing"] == "balanced":
             ids = (torch.arange(t)[:, None] * kk + torch.arange(kk)[None, :]) % e
+        elif r["routing"] == "uniform":  # k distinct experts per token, every expert equally likely
+            ids = torch.rand(t, e, generator=gen).argsort(dim=1)[:, :kk]
         else:  # power law over a random expert ranking, k distinct experts per token
             prob = (torch.arange(e, dtype=torch.float64) + 1) ** -1.2
             prob = prob[torch.randperm(e, generator=gen)]

@@ -58,7 +58,7 @@ def test_impossible_shapes_are_refused():
     assert "line 2: num_heads (32) must be a multiple of num_kv_heads (6)" in err, err
     assert "line 3: shape needs about" in err and "GB of device memory" in err, err
     assert "line 4: topk (9) exceeds num_experts (8)" in err, err
-    assert "line 5: field 'routing' = 'zipf' is unknown; allowed: balanced, power_law_1.2" in err, err
+    assert "line 5: field 'routing' = 'zipf' is unknown; allowed: balanced, uniform, power_law_1.2" in err, err
     assert "line 6: prefill over a cached prefix" in err, err
 
 
