@@ -133,8 +133,9 @@ pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec
 
 /// The routing a MoE row was measured with: its `routing` column (the collector's), else
 /// aiconfigurator's convention (balanced unless the backend names a `power_law_` variant), else
-/// uniform. Skewed (power-law) rows count experts as uniform routing would: an approximation,
-/// their categories never stand in for served traffic's library (`perf::efficiency`).
+/// uniform. aiconfigurator's power-law rows (another generator: sampled per-expert counts)
+/// count experts as uniform routing would, an approximation; their categories never stand in
+/// for served traffic's library (`perf::efficiency`).
 pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str) -> Result<Routing> {
     if k.op != Op::Moe {
         return Ok(Routing::Uniform);
@@ -142,8 +143,10 @@ pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str
     match column.map(str::trim).filter(|c| !c.is_empty()) {
         Some("balanced") => Ok(Routing::Balanced),
         Some("uniform") => Ok(Routing::Uniform),
-        Some(c) if c.starts_with("power_law_") => Ok(Routing::Uniform),
-        Some(c) => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha>)"),
+        Some(c) => match c.strip_prefix("power_law_").and_then(|a| a.parse::<f64>().ok()) {
+            Some(alpha) if (0.0..=10.0).contains(&alpha) => Ok(Routing::PowerLaw { alpha_centi: (alpha * 100.0).round() as u16 }),
+            _ => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha> with alpha in [0, 10])"),
+        },
         None if source.starts_with("aiconfigurator") && !backend.contains("power_law_") => Ok(Routing::Balanced),
         None => Ok(Routing::Uniform),
     }
@@ -262,7 +265,7 @@ mod tests {
         // The collector's column wins; aiconfigurator's convention is balanced unless the
         // backend names a power-law variant; anything else routes uniformly.
         let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n{row},kernelsight,lib,\n")).unwrap();
-        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::Uniform, Routing::Uniform]);
+        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::PowerLaw { alpha_centi: 120 }, Routing::Uniform]);
         let m = read(format!("{head}\n{row},aiconfigurator,vllm-0.24.0\n{row},aiconfigurator,vllm-0.24.0/power_law_1.01\n")).unwrap();
         assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::Uniform]);
         let err = read(format!("{head},routing\n{row},kernelsight,lib,zipf\n")).unwrap_err();

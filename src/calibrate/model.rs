@@ -246,12 +246,15 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
 }
 
 /// Libraries of the transformers engine measured on the H200 only, each on a path of its own:
-/// (op, backend prefix, path).
-const ENGINE_LIBRARY_PATHS: [(Op, &str, &str); 8] = [
+/// (op, backend prefix, path). The collector's own torch._grouped_mm experts pipeline joins
+/// transformers' (the same grouped GEMMs, measured under three routings): the fused MoE
+/// libraries of vLLM, SGLang and TensorRT-LLM keep a model of their own.
+const ENGINE_LIBRARY_PATHS: [(Op, &str, &str); 9] = [
     (Op::AttnPrefill, EAGER_SINKS_BACKEND, "eager_sinks"),
     (Op::AttnPrefill, PACKED_SDPA_BACKEND, "packed_sdpa"),
     (Op::Moe, HF_EXPERTS_BACKEND, "hf_experts"),
     (Op::Moe, HF_PADDED_EXPERTS_BACKEND, "hf_experts"),
+    (Op::Moe, "grouped_mm(torch._grouped_mm)", "hf_experts"),
     (Op::Rmsnorm, HF_MODULES_BACKEND, "hf_modules"),
     (Op::FusedAddRmsnorm, HF_MODULES_BACKEND, "hf_modules"),
     (Op::Rope, HF_MODULES_BACKEND, "hf_modules"),
@@ -699,8 +702,10 @@ mod tests {
         assert_eq!(model_path(Op::AttnPrefill, PACKED_SDPA_BACKEND), Some("packed_sdpa"));
         assert_eq!(model_path(Op::AttnPrefill, EAGER_SINKS_BACKEND), Some("eager_sinks"));
         assert_eq!(model_path(Op::Moe, "hf_grouped_mm(transformers grouped_mm_experts_forward)"), Some("hf_experts"));
-        // The collector's own MoE pipeline and the fused attention kernels share the main model.
-        assert_eq!(model_path(Op::Moe, "grouped_mm(torch._grouped_mm)"), None);
+        // The collector's torch grouped-GEMM experts join transformers'; vLLM's fused MoE and
+        // the fused attention kernels share the main model.
+        assert_eq!(model_path(Op::Moe, "grouped_mm(torch._grouped_mm)"), Some("hf_experts"));
+        assert_eq!(model_path(Op::Moe, "vllm/vllm_unquantizedfusedmoe_triton_tritonexperts"), None);
         assert_eq!(model_path(Op::AttnPrefill, "sdpa_flash"), None);
         assert_eq!(model_path(Op::AttnPrefill, "vllm/vllm_flash_attn_fa3"), None);
     }

@@ -52,22 +52,55 @@ pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Routing {
     /// Each assignment picks an expert uniformly at random: the expected distinct count. What
-    /// the simulator assumes for served traffic; also stands in for measured skewed rows.
+    /// the simulator assumes for served traffic (and what a random-weight router does).
     #[default]
     Uniform,
     /// Assignments spread over as many experts as exist (min(E, T*k)): the `balanced` rows of
     /// aiconfigurator's and kernelsight's collectors. At T*k = E this reads 1/(1-1/e) = 1.58x
     /// the uniform expectation, so an efficiency fitted on such rows must see these bytes.
     Balanced,
+    /// kernelsight's collector's `power_law_<alpha>`: expert probability proportional to
+    /// rank^-alpha over a random ranking, k distinct experts per token. Alpha in hundredths.
+    PowerLaw { alpha_centi: u16 },
 }
 
 impl Routing {
-    /// Distinct experts hit by `assignments` routings over `e` experts.
-    pub fn active_experts(self, e: f64, assignments: f64) -> f64 {
+    /// Distinct experts of one GPU's shard (`global / ep` of them) that `tokens` tokens of
+    /// `topk` assignments each hit, in expectation.
+    pub fn local_active_experts(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {
+        let local = global / ep;
+        let assignments = tokens * topk / ep;
         match self {
-            Routing::Uniform => expected_active_experts(e, assignments),
-            Routing::Balanced => e.min(assignments.ceil()).max(0.0),
+            Routing::Uniform => expected_active_experts(local, assignments.min(tokens * local)),
+            Routing::Balanced => local.min(assignments.ceil()).max(0.0),
+            Routing::PowerLaw { alpha_centi } => {
+                // A random ranking makes every expert equally likely to be local: the shard
+                // holds its share of the global expectation.
+                let inclusion = power_law_inclusion(global as usize, topk, alpha_centi as f64 / 100.0);
+                inclusion.iter().map(|p| 1.0 - (1.0 - p).powf(tokens)).sum::<f64>() / ep
+            }
         }
+    }
+}
+
+/// Probability that one token's `k` distinct picks (weighted by rank^-alpha, without
+/// replacement) include each expert: the weights scaled to sum to k, capped at 1, the excess
+/// spread over the rest (inclusion probabilities of proportional-to-size sampling).
+fn power_law_inclusion(experts: usize, k: f64, alpha: f64) -> Vec<f64> {
+    let w: Vec<f64> = (1..=experts).map(|r| (r as f64).powf(-alpha)).collect();
+    let mut p = vec![0.0; experts];
+    let mut capped = 0usize; // weights are decreasing: the first `capped` are at 1
+    loop {
+        let rest: f64 = w[capped..].iter().sum();
+        let scale = (k - capped as f64) / rest;
+        if capped < experts && w[capped] * scale > 1.0 {
+            capped += 1;
+            continue;
+        }
+        for (i, pi) in p.iter_mut().enumerate() {
+            *pi = if i < capped { 1.0 } else { (w[i] * scale).min(1.0) };
+        }
+        return p;
     }
 }
 
@@ -208,11 +241,8 @@ pub fn bytes_routed(k: &Kernel, routing: Routing) -> f64 {
             io + 2.0 * f(k.batch.max(1)) * f(k.num_heads) * f(k.head_dim) * f(k.head_dim) * 4.0
         }
         Op::Moe => {
-            let ep = k.ep.max(1) as f64;
             let tp = k.tp.max(1) as f64;
-            let local_experts = f(k.num_experts) / ep;
-            let assignments = f(k.num_tokens) * f(k.topk) / ep;
-            let active = routing.active_experts(local_experts, assignments.min(f(k.num_tokens) * local_experts));
+            let active = routing.local_active_experts(f(k.num_tokens), f(k.topk), f(k.num_experts), k.ep.max(1) as f64);
             let w = active * 3.0 * f(k.hidden) * f(k.inter) / tp * d;
             // tokens in, their routed copies' results out (combined in place).
             w + 2.0 * f(k.num_tokens) * f(k.hidden) * a
@@ -321,10 +351,28 @@ mod tests {
         k.num_tokens = 3;
         assert_eq!(bytes_routed(&k, Routing::Balanced), 12.0 * one_expert + 2.0 * 3.0 * 2880.0 * 2.0);
         (k.num_tokens, k.ep) = (64, 8);
-        assert_eq!(Routing::Balanced.active_experts(16.0, 64.0 * 4.0 / 8.0), 16.0);
+        assert_eq!(Routing::Balanced.local_active_experts(64.0, 4.0, 128.0, 8.0), 16.0);
         // Many tokens: both read every expert.
         k.num_tokens = 100_000;
         let (b, u) = (bytes_routed(&k, Routing::Balanced), bytes_routed(&k, Routing::Uniform));
         assert!((b - u).abs() < 1e-6 * b, "{b} {u}");
+    }
+
+    #[test]
+    fn power_law_routing_reads_fewer_experts_than_uniform() {
+        let pl = Routing::PowerLaw { alpha_centi: 120 };
+        // One token always reads exactly its k distinct experts.
+        assert!((pl.local_active_experts(1.0, 8.0, 128.0, 1.0) - 8.0).abs() < 1e-9);
+        // Skew concentrates tokens: 16 tokens x top-8 of 128 hit fewer experts than uniform
+        // routing (~81), and the count grows with the tokens towards all 128.
+        let (a16, a1k) = (pl.local_active_experts(16.0, 8.0, 128.0, 1.0), pl.local_active_experts(1024.0, 8.0, 128.0, 1.0));
+        let u16 = Routing::Uniform.local_active_experts(16.0, 8.0, 128.0, 1.0);
+        assert!(a16 < 0.8 * u16 && a16 > 8.0, "{a16} vs uniform {u16}");
+        assert!(a1k > a16 && a1k <= 128.0, "{a1k}");
+        // Expert parallelism: each shard holds its share of the expectation.
+        assert!((pl.local_active_experts(16.0, 8.0, 128.0, 8.0) - a16 / 8.0).abs() < 1e-9);
+        // No skew is uniform routing with k distinct picks per token: 1 - (1 - k/E)^T per expert.
+        let flat = Routing::PowerLaw { alpha_centi: 0 }.local_active_experts(16.0, 8.0, 128.0, 1.0);
+        assert!((flat - 128.0 * (1.0 - (1.0 - 8.0 / 128.0f64).powi(16))).abs() < 1e-6, "{flat}");
     }
 }
