@@ -66,6 +66,29 @@ fn kernel_csv_round_trip_keeps_order_and_extra_columns() {
 }
 
 #[test]
+fn kernel_csv_prices_a_moe_row_for_the_routing_it_names() {
+    // gpt-oss's experts at 32 tokens x top-4 of 128: balanced routing reads all 128 experts,
+    // uniform ~81, the collector's power law fewer still; a bad routing names the row.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("in.csv"), dir.path().join("out.csv"));
+    let head = "op,dtype,num_tokens,hidden,inter,topk,num_experts,tp,ep,backend,routing\n";
+    let row = "moe,bf16,32,2880,2880,4,128,1,1,grouped_mm";
+    std::fs::write(&input, format!("{head}{row},balanced\n{row},uniform\n{row},power_law_1.2\n")).unwrap();
+    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let mut rdr = csv::Reader::from_path(&output).unwrap();
+    let headers = rdr.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
+    let get = |i: usize, c: &str| -> f64 { rows[i][col(c)].parse().unwrap() };
+    assert!(get(0, "sol_us") > 1.5 * get(1, "sol_us") && get(1, "sol_us") > get(2, "sol_us"), "{rows:?}");
+    assert!(get(0, "predicted_us") > 1.2 * get(1, "predicted_us") && get(1, "predicted_us") > get(2, "predicted_us"), "{rows:?}");
+    std::fs::write(&input, format!("{head}{row},uniform\n{row},zipf\n")).unwrap();
+    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert!(!ok && err.contains("data row 2") && err.contains("'zipf'") && err.contains("balanced, uniform"), "{err}");
+}
+
+#[test]
 fn bad_inputs_give_clear_errors() {
     let (ok, _, err) = ks(&["step", "--gpu", "h900", "--batch", "decode:1@1"]);
     assert!(!ok && err.contains("unknown GPU 'h900'") && err.contains("h200_sxm"), "{err}");
