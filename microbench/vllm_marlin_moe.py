@@ -14,8 +14,9 @@ checkpoint on the Marlin backend (fused_moe/experts/marlin_moe.py):
 Two stand-ins, both elementwise: the SwiGLU-OAI activation (vLLM's `_C.swigluoai_and_mul`
 lives in the 110 MB `_C` library that does not travel) is one Triton kernel with the same
 reads and writes, and the weights are random bits in Marlin's packed shapes (no repack:
-timing does not depend on the values). Routing is balanced (token i takes experts
-(i*topk + j) mod E), like aiconfigurator's `balanced_logits` rows.
+timing does not depend on the values). Routing (`--routing`): balanced (token i takes experts
+(i*topk + j) mod E, like aiconfigurator's `balanced_logits` rows; the default), uniform, or the
+collector's power law.
 
 Timing: the whole forward captured in one CUDA graph per weight copy; enough copies that the
 weights cycled through exceed 4x the L2; median over replays, CUDA events. Output: one CSV row
@@ -124,17 +125,33 @@ def forward(ops, moe, x, logits):
     return out[:, : moe.hidden]
 
 
-def balanced_logits(m, e, topk, dev):
-    logits = torch.randn(m, e, device=dev).mul_(0.01)
-    rows = torch.arange(m, device=dev).unsqueeze(1)
-    cols = (rows * topk + torch.arange(topk, device=dev).unsqueeze(0)) % e
+ROUTINGS = ("balanced", "uniform", "power_law_1.2")
+
+
+def routed_logits(m, e, topk, routing, dev, seed=1234):
+    """Router logits whose top-k are the experts `routing` picks: `balanced` (token i takes
+    (i*topk + j) mod E, like aiconfigurator's `balanced_logits`), `uniform` (k distinct experts per
+    token, uniformly at random) or `power_law_1.2` (k distinct per token, probability ~
+    rank^-1.2 over a random ranking of the experts; the collector's generator, collect.py)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    rows = torch.arange(m).unsqueeze(1)
+    if routing == "balanced":
+        cols = (rows * topk + torch.arange(topk).unsqueeze(0)) % e
+    elif routing == "uniform":
+        cols = torch.rand(m, e, generator=gen).argsort(dim=1)[:, :topk]
+    else:
+        alpha = float(routing.removeprefix("power_law_"))
+        prob = (torch.arange(e, dtype=torch.float64) + 1) ** -alpha
+        prob = prob[torch.randperm(e, generator=gen)]
+        cols = torch.multinomial(prob.expand(m, e), topk, replacement=False, generator=gen)
+    logits = torch.randn(m, e, generator=gen).mul_(0.01)
     logits[rows, cols] = 10.0
-    return logits.to(torch.bfloat16)
+    return logits.to(device=dev, dtype=torch.bfloat16)
 
 
-def time_shape(ops, copies, m, dev, replays):
+def time_shape(ops, copies, m, dev, replays, routing="balanced"):
     x = torch.randn(m, copies[0].hidden, dtype=torch.bfloat16, device=dev)
-    logits = balanced_logits(m, copies[0].experts, copies[0].topk, dev)
+    logits = routed_logits(m, copies[0].experts, copies[0].topk, routing, dev)
     graphs = []
     for moe in copies:
         forward(ops, moe, x, logits)            # warm up (Triton compile, Marlin config)
@@ -182,7 +199,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--time-budget-s", type=float, default=400)
     ap.add_argument("--replays", type=int, default=30)
+    ap.add_argument("--routing", default="balanced", help=f"comma-separated, of {', '.join(ROUTINGS)}")
+    ap.add_argument("--cases", help="comma-separated case labels to run (default: all)")
+    ap.add_argument("--tp", help="comma-separated moe_tp sizes to run (default: all)")
     args = ap.parse_args()
+    routings = args.routing.split(",")
+    if any(r not in ROUTINGS for r in routings):
+        sys.exit(f"--routing {args.routing}: allowed {', '.join(ROUTINGS)}")
     os.makedirs(args.out, exist_ok=True)
     dev = torch.device("cuda:0")
     ops, sha = load_ops(args.blob)
@@ -192,6 +215,10 @@ def main():
     cases = [("gpt-oss-120b", 2880, 2880, 128, 4, tp) for tp in (8, 4, 2, 1)]
     cases += [("gpt-oss-20b", 2880, 2880, 32, 4, tp) for tp in (8, 4, 2, 1)]
     cases += [("aic-3584x3072-e896", 3584, 3072, 896, 16, 1)]
+    if args.cases:
+        cases = [c for c in cases if c[0] in args.cases.split(",")]
+    if args.tp:
+        cases = [c for c in cases if str(c[5]) in args.tp.split(",")]
     rows, failures = [], []
     t0 = time.time()
     for label, hidden, inter, experts, topk, tp in cases:
@@ -201,20 +228,22 @@ def main():
         for m in TOKENS:
             if label.startswith("aic") and m > 512:
                 break
-            if time.time() - t0 > args.time_budget_s:
-                failures.append(f"{label} tp{tp} m{m}: time budget")
-                break
-            try:
-                med, lo, hi = time_shape(ops, copies, m, dev, args.replays)
-            except Exception as e:  # noqa: BLE001 - record and go on
-                failures.append(f"{label} tp{tp} m{m}: {type(e).__name__}: {e}"[:300])
-                print(failures[-1], flush=True)
-                torch.cuda.empty_cache()
-                continue
-            rows.append(dict(op="moe", dtype="fp4", num_tokens=m, hidden=hidden, inter=inter, topk=topk,
-                             num_experts=experts, tp=tp, ep=1, latency_us=round(med, 3),
-                             min_us=round(lo, 3), max_us=round(hi, 3), weight_copies=n_copies, case=label))
-            print(label, tp, m, round(med, 2), flush=True)
+            for routing in routings:
+                if time.time() - t0 > args.time_budget_s:
+                    failures.append(f"{label} tp{tp} m{m} {routing}: time budget")
+                    break
+                try:
+                    med, lo, hi = time_shape(ops, copies, m, dev, args.replays, routing)
+                except Exception as e:  # noqa: BLE001 - record and go on
+                    failures.append(f"{label} tp{tp} m{m} {routing}: {type(e).__name__}: {e}"[:300])
+                    print(failures[-1], flush=True)
+                    torch.cuda.empty_cache()
+                    continue
+                rows.append(dict(op="moe", dtype="fp4", num_tokens=m, hidden=hidden, inter=inter, topk=topk,
+                                 num_experts=experts, tp=tp, ep=1, latency_us=round(med, 3),
+                                 min_us=round(lo, 3), max_us=round(hi, 3), weight_copies=n_copies, case=label,
+                                 routing=routing))
+                print(label, tp, m, routing, round(med, 2), flush=True)
         del copies, one
         torch.cuda.empty_cache()
     cols = list(rows[0].keys()) if rows else []
@@ -226,7 +255,7 @@ def main():
                 gpu=torch.cuda.get_device_name(dev), torch=torch.__version__, cuda=torch.version.cuda,
                 triton=triton.__version__, vllm_library="vllm==0.24.0 wheel, _moe_C_stable_libtorch.abi3.so "
                 "(stripped, non-sm_90 cubins zeroed)", library_sha256=sha, replays=args.replays,
-                routing="balanced", timing="CUDA graph of the whole forward, CUDA events, median over replays, "
+                routing=routings, timing="CUDA graph of the whole forward, CUDA events, median over replays, "
                 "weight copies cycled", nvidia_smi=smi(), failures=failures)
     json.dump(prov, open(os.path.join(args.out, "provenance.json"), "w"), indent=1)
     print(f"{len(rows)} rows, {len(failures)} failures", flush=True)

@@ -21,7 +21,7 @@ def main():
         for r in csv.DictReader(open(raw)):
             w.writerow(["moe", "fp4", r["num_tokens"], r["hidden"], r["inter"], r["topk"], r["num_experts"], r["tp"],
                         r["ep"], r["latency_us"], "cuda_graph", "h200_sxm", source, "vllm-0.24.0/w4a16_mxfp4",
-                        "vllm_gptossmxfp4moe_marlin_marlinexperts", "balanced"])
+                        "vllm_gptossmxfp4moe_marlin_marlinexperts", r.get("routing") or "balanced"])
 
 
 if __name__ == "__main__":
