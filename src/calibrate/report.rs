@@ -211,11 +211,11 @@ pub fn sibling_table(v: &Validation) -> String {
     let by_tier: BTreeMap<(&'static str, (String, String, String)), f64> = v.rows.iter().map(|r| ((r.tier.as_str(), key(r)), r.ape())).collect();
     // (gpu, sibling, op) -> APEs of (sibling, target, cross-gen) on the same rows.
     let mut groups: BTreeMap<(String, String, String), [Vec<f64>; 3]> = BTreeMap::new();
-    for (sib, r) in &v.sibling {
+    for (sib, r, paired) in &v.sibling {
         let k = key(r);
         let (Some(t), Some(c)) = (by_tier.get(&("target", k.clone())), by_tier.get(&("cross-gen", k))) else { continue };
         let g = groups.entry((r.gpu.clone(), sib.clone(), r.kernel.op.to_string())).or_default();
-        g[0].push(r.ape());
+        g[0].push(paired.as_ref().unwrap_or(r).ape()); // the shipped form
         g[1].push(*t);
         g[2].push(*c);
     }
@@ -223,7 +223,8 @@ pub fn sibling_table(v: &Validation) -> String {
         "A library the GPU never measured, named by the user, is priced by a same-die sibling's target \
          model (same architecture, SMs, clock and peaks: `GpuSpec::same_compute_die`) on the sibling's spec \
          sheet plus the extra time to move the kernel's compulsory bytes on this GPU's memory \
-         (`perf::efficiency::sibling_time_us`). Here the sibling's model is fitted on the sibling's rows alone \
+         (`perf::efficiency::sibling_time_us`), or scaled by another library of the same kernel that both \
+         GPUs measured (`paired_sibling_time_us`, second table). Here the sibling's model is fitted on the sibling's rows alone \
          and predicts this GPU's held-out rows of the libraries both measured; median / p90 APE %.\n\n\
          | gpu | sibling | op | rows | from sibling | target | cross-gen |\n|---|---|---|---|---|---|---|\n",
     );
@@ -234,6 +235,28 @@ pub fn sibling_table(v: &Validation) -> String {
             "| {gpu} | {sib} | {op} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} |",
             sa.count, sa.median_ape, sa.p90_ape, st.median_ape, st.p90_ape, sc.median_ape, sc.p90_ape
         );
+    }
+    // Rows whose kernel another library measured on both GPUs: the paired form next to the
+    // compulsory-bytes form, per library.
+    let mut paired: BTreeMap<(String, String, String), [Vec<f64>; 2]> = BTreeMap::new();
+    for (sib, r, p) in &v.sibling {
+        if let Some(p) = p {
+            let g = paired.entry((r.gpu.clone(), sib.clone(), r.backend.clone())).or_default();
+            g[0].push(p.ape());
+            g[1].push(r.ape());
+        }
+    }
+    if !paired.is_empty() {
+        s.push_str(
+            "\nWhere both GPUs measured another library of the same kernel (`perf::efficiency::kernel_family`), \
+             the shipped form scales the sibling's time by that library's two models at the row's shape \
+             (`paired_sibling_time_us`) instead of adding the compulsory bytes' extra memory time; same rows, \
+             median / p90 APE %:\n\n| gpu | sibling | library | rows | paired kernel | compulsory bytes |\n|---|---|---|---|---|---|\n",
+        );
+        for ((gpu, sib, lib), [p, a]) in paired.iter_mut() {
+            let (sp, sa) = (stats(p), stats(a));
+            let _ = writeln!(s, "| {gpu} | {sib} | {lib} | {} | {:.1} / {:.1} | {:.1} / {:.1} |", sp.count, sp.median_ape, sp.p90_ape, sa.median_ape, sa.p90_ape);
+        }
     }
     s
 }

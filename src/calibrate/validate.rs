@@ -74,8 +74,9 @@ pub struct Validation {
     /// Held-out rows of a GPU predicted from a same-die sibling's target model (fitted on the
     /// sibling's rows alone; `perf::efficiency::sibling_time_us`), where the sibling measured
     /// the row's library: how a library the GPU never measured is priced when the user names
-    /// it. (sibling id, row); the row's tier field is unused.
-    pub sibling: Vec<(String, ValRow)>,
+    /// it. (sibling id, row with the compulsory-bytes form, row with the paired-kernel form where
+    /// both GPUs measured another library of the kernel); the rows' tier field is unused.
+    pub sibling: Vec<(String, ValRow, Option<ValRow>)>,
 }
 
 pub fn is_held_out(m: &Measurement) -> bool {
@@ -128,7 +129,12 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
                 let knows = om.backends.iter().chain(om.by_path.values().flat_map(|p| p.backends.iter())).any(|c| c == &m.backend);
                 knows.then(|| {
                     let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend, m.routing);
-                    (s.clone(), ValRow::of(Tier::Target, m, gpu, predicted_us))
+                    // The paired form, with this GPU's own model of the other library of the
+                    // same kernel (never of this row's library).
+                    let paired = target.ops.get(&m.kernel.op).and_then(|own| {
+                        crate::perf::efficiency::paired_sibling_time_us(om, own, &m.kernel, gpu, sib_spec, &m.backend, m.routing)
+                    });
+                    (s.clone(), ValRow::of(Tier::Target, m, gpu, predicted_us), paired.map(|p| ValRow::of(Tier::Target, m, gpu, p)))
                 })
             }).collect::<Vec<_>>());
         }
