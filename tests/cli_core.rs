@@ -6,6 +6,17 @@ fn ks(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
+/// `kernel --input IN --output OUT` on the H200: (ok, stderr, output header, output rows).
+fn kernel_csv(input: &std::path::Path, output: &std::path::Path) -> (bool, String, csv::StringRecord, Vec<csv::StringRecord>) {
+    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    if !ok {
+        return (false, err, csv::StringRecord::new(), vec![]);
+    }
+    let mut rdr = csv::Reader::from_path(output).unwrap();
+    let headers = rdr.headers().unwrap().clone();
+    (true, err, headers, rdr.records().map(|r| r.unwrap()).collect())
+}
+
 fn json(args: &[&str]) -> serde_json::Value {
     let (ok, out, err) = ks(args);
     assert!(ok, "{args:?} failed: {err}");
@@ -48,12 +59,9 @@ fn kernel_csv_round_trip_keeps_order_and_extra_columns() {
          all_reduce,bf16,,,,,,1048576,8,,,c\n",
     )
     .unwrap();
-    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    let (ok, err, headers, rows) = kernel_csv(&input, &output);
     assert!(ok, "{err}");
-    let mut rdr = csv::Reader::from_path(&output).unwrap();
-    let headers = rdr.headers().unwrap().clone();
     let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
-    let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
     assert_eq!(rows.len(), 3);
     let notes: Vec<&str> = rows.iter().map(|r| &r[col("note")]).collect();
     assert_eq!(notes, ["a", "b", "c"]);
@@ -74,17 +82,14 @@ fn kernel_csv_prices_a_moe_row_for_the_routing_it_names() {
     let head = "op,dtype,num_tokens,hidden,inter,topk,num_experts,tp,ep,backend,routing\n";
     let row = "moe,bf16,32,2880,2880,4,128,1,1,grouped_mm";
     std::fs::write(&input, format!("{head}{row},balanced\n{row},uniform\n{row},power_law_1.2\n")).unwrap();
-    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    let (ok, err, headers, rows) = kernel_csv(&input, &output);
     assert!(ok, "{err}");
-    let mut rdr = csv::Reader::from_path(&output).unwrap();
-    let headers = rdr.headers().unwrap().clone();
     let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
-    let rows: Vec<csv::StringRecord> = rdr.records().map(|r| r.unwrap()).collect();
     let get = |i: usize, c: &str| -> f64 { rows[i][col(c)].parse().unwrap() };
     assert!(get(0, "sol_us") > 1.5 * get(1, "sol_us") && get(1, "sol_us") > get(2, "sol_us"), "{rows:?}");
     assert!(get(0, "predicted_us") > 1.2 * get(1, "predicted_us") && get(1, "predicted_us") > get(2, "predicted_us"), "{rows:?}");
     std::fs::write(&input, format!("{head}{row},uniform\n{row},zipf\n")).unwrap();
-    let (ok, _, err) = ks(&["kernel", "--gpu", "h200_sxm", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    let (ok, err, _, _) = kernel_csv(&input, &output);
     assert!(!ok && err.contains("data row 2") && err.contains("'zipf'") && err.contains("balanced, uniform"), "{err}");
 }
 
