@@ -5,11 +5,11 @@
 
 use super::roofline::RooflineModel;
 use super::sol::{sol, sol_routed};
-use crate::kernels::cost::Routing;
 use super::{KernelTimeModel, Tier};
 use crate::calibrate::model::ModelSet;
 use crate::calibrate::store::{self, RooflineFile, Store};
 use crate::hardware::GpuSpec;
+use crate::kernels::cost::Routing;
 use crate::schema::{Dtype, Kernel, Op};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -204,7 +204,8 @@ impl KernelModel {
         self.borrowed.get(&op).into_iter().flatten().filter_map(move |b| b.set.ops.get(&op).map(|m| (m, b)))
     }
 
-    /// `k` timed as `r` says: a same-die sibling's model as `sibling_time_us` says.
+    /// `k` timed as `r` says: a same-die sibling's model scaled by a library of the same kernel
+    /// both GPUs measured (`paired_sibling_time_us`), else as `sibling_time_us` says.
     fn predict_in(&self, r: &Resolved, k: &Kernel, routing: Routing) -> f64 {
         let Some(sib) = r.borrowed.and_then(|b| b.sibling.as_ref()) else {
             return r.model.predict_routed_us(k, &self.gpu, Some(r.category), routing);
@@ -311,9 +312,9 @@ impl KernelModel {
     }
 
     fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
-        let sol_us = sol_routed(k, &self.gpu, routing).sol_us;
+        let sol_us = || sol_routed(k, &self.gpu, routing).sol_us;
         let Some(m) = self.op_model(k.op) else {
-            return self.roofline.predict_routed_us(k, routing).max(sol_us);
+            return self.roofline.predict_routed_us(k, routing).max(sol_us());
         };
         let one;
         let prefs = match pref {
@@ -332,12 +333,12 @@ impl KernelModel {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
                 let k16 = Kernel { dtype: Dtype::Bf16, ..k.clone() };
                 let t16 = self.predict_in(&r, &k16, routing);
-                let ratio = sol_us / sol_routed(&k16, &self.gpu, routing).sol_us;
-                (t16 * ratio).max(sol_us)
+                let ratio = sol_us() / sol_routed(&k16, &self.gpu, routing).sol_us;
+                (t16 * ratio).max(sol_us())
             }
             // An engine naming none of its libraries for an op measured only as another
             // engine's implementation: the baseline, not that engine's kernels.
-            _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_routed_us(k, routing).max(sol_us),
+            _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_routed_us(k, routing).max(sol_us()),
             _ => m.predict_routed_us(k, &self.gpu, None, routing),
         }
     }
@@ -362,9 +363,11 @@ pub fn paired_sibling_time_us(
 ) -> Option<f64> {
     let fam = kernel_family(category)?;
     // Balanced-routing libraries first (a power-law variant times the same kernel under skew).
-    let mut others: Vec<&String> = own.backends.iter().filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && sib.backends.contains(c)).collect();
-    others.sort_by_key(|c| (c.contains("power_law"), c.as_str()));
-    let other = others.first()?;
+    let other = own
+        .backends
+        .iter()
+        .filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && sib.backends.contains(c))
+        .min_by_key(|c| (c.contains("power_law"), c.as_str()))?;
     let ratio = own.predict_routed_us(k, gpu, Some(other), routing) / sib.predict_routed_us(k, sibling, Some(other), routing);
     // Same die: slower memory never makes the kernel faster, faster memory never slower.
     let ratio = if gpu.hbm_bytes_per_s() <= sibling.hbm_bytes_per_s() { ratio.max(1.0) } else { ratio.min(1.0) };
@@ -375,7 +378,7 @@ pub fn paired_sibling_time_us(
 /// of the library's last name between `moe_` and `experts` (`vllm_gptossmxfp4moe_marlin_marlinexperts`
 /// and `vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu` both run
 /// `marlin_marlin`). None for other names.
-pub fn kernel_family(category: &str) -> Option<&str> {
+fn kernel_family(category: &str) -> Option<&str> {
     let last = category.rsplit('/').next()?;
     let start = last.find("moe_")? + 4;
     let end = start + last[start..].find("experts")?;
