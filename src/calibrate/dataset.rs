@@ -132,10 +132,9 @@ pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec
 }
 
 /// The routing a MoE row was measured with: its `routing` column (the collector's), else
-/// aiconfigurator's convention (balanced unless the backend names a `power_law_` variant), else
-/// uniform. aiconfigurator's power-law rows (another generator: sampled per-expert counts)
-/// count experts as uniform routing would, an approximation; their categories never stand in
-/// for served traffic's library (`perf::efficiency`).
+/// aiconfigurator's convention (balanced unless the backend names a `power_law_<alpha>`
+/// variant: their own generator, `Routing::PowerLawLoads`), else uniform. Their categories
+/// never stand in for served traffic's library (`perf::efficiency`).
 pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str) -> Result<Routing> {
     if k.op != Op::Moe {
         return Ok(Routing::Uniform);
@@ -147,9 +146,21 @@ pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str
             Some(alpha) if (0.0..=10.0).contains(&alpha) => Ok(Routing::PowerLaw { alpha_centi: (alpha * 100.0).round() as u16 }),
             _ => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha> with alpha in [0, 10])"),
         },
-        None if source.starts_with("aiconfigurator") && !backend.contains("power_law_") => Ok(Routing::Balanced),
+        None if source.starts_with("aiconfigurator") => Ok(match aiconfigurator_power_law(backend) {
+            Some(alpha_centi) => Routing::PowerLawLoads { alpha_centi },
+            None => Routing::Balanced,
+        }),
         None => Ok(Routing::Uniform),
     }
+}
+
+/// Alpha (hundredths) of an aiconfigurator backend's `power_law_<alpha>` segment.
+fn aiconfigurator_power_law(backend: &str) -> Option<u16> {
+    backend
+        .split('/')
+        .find_map(|seg| seg.strip_prefix("power_law_")?.parse::<f64>().ok())
+        .filter(|a| (0.0..=10.0).contains(a))
+        .map(|a| (a * 100.0).round() as u16)
 }
 
 /// Reads every measurement file under `dirs` (missing directories are skipped, with a note).
@@ -203,13 +214,24 @@ pub fn aggregate(rows: Vec<Measurement>) -> Vec<Measurement> {
 /// and every GPU's measurement of one shape lands in the same fold, so a held-out shape is
 /// never seen in training under another library.
 pub fn shape_fold(k: &Kernel, folds: u64) -> u64 {
+    shape_hash(k) % folds
+}
+
+/// Whether a training row's shape is in the inner validation set that picks the number of
+/// boosted trees (about one shape in ten). It reads other bits of the hash than `shape_fold`,
+/// so the inner set cuts across the outer folds.
+pub fn is_inner_validation(k: &Kernel) -> bool {
+    (shape_hash(k) >> 32) % 10 == 0
+}
+
+fn shape_hash(k: &Kernel) -> u64 {
     let key = format!("{}|{}|{:?}|{}", k.op, k.dtype, k.kv_dtype, k.shape_string());
     let mut h: u64 = 0xcbf29ce484222325;
     for b in key.bytes() {
         h ^= b as u64;
         h = h.wrapping_mul(0x100000001b3);
     }
-    h % folds
+    h
 }
 
 /// Row counts per (gpu, op) and per source, for reports.
@@ -267,7 +289,7 @@ mod tests {
         let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n{row},kernelsight,lib,\n")).unwrap();
         assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::PowerLaw { alpha_centi: 120 }, Routing::Uniform]);
         let m = read(format!("{head}\n{row},aiconfigurator,vllm-0.24.0\n{row},aiconfigurator,vllm-0.24.0/power_law_1.01\n")).unwrap();
-        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::Uniform]);
+        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::PowerLawLoads { alpha_centi: 101 }]);
         let err = read(format!("{head},routing\n{row},kernelsight,lib,zipf\n")).unwrap_err();
         let err = format!("{err:#}");
         assert!(err.contains("m.csv: line 2") && err.contains("'zipf'") && err.contains("balanced, uniform, power_law_<alpha>"), "{err}");

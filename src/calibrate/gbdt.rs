@@ -80,35 +80,75 @@ impl Gbdt {
         self.base + self.trees.iter().map(|t| t.predict(x)).sum::<f64>()
     }
 
-    /// Fits `y ~ x` (rows of equal length). Deterministic for a given `params.seed`.
+    /// Fits `y ~ x` (rows of equal length) with `params.trees` trees. Deterministic for a
+    /// given `params.seed`.
     pub fn fit(x: &[Vec<f64>], y: &[f64], params: &GbdtParams) -> Gbdt {
-        assert_eq!(x.len(), y.len(), "one target per row");
-        let n = x.len();
-        if n == 0 {
-            return Gbdt { base: 0.0, trees: vec![] };
-        }
-        let p = x[0].len();
-        let base = y.iter().sum::<f64>() / n as f64;
-        let params = &GbdtParams { min_leaf: params.min_leaf.max(n / 1000), ..*params };
-        let binned = Binned::new(x, p, params.max_bins);
-        let mut pred = vec![base; n];
-        let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-        let mut all_rows: Vec<u32> = (0..n as u32).collect();
-        let take = ((n as f64 * params.subsample).ceil() as usize).clamp(1, n);
-        let mut trees = Vec::with_capacity(params.trees);
-        for _ in 0..params.trees {
-            let resid: Vec<f64> = y.iter().zip(&pred).map(|(a, b)| a - b).collect();
-            all_rows.shuffle(&mut rng);
-            let mut rows = all_rows[..take].to_vec();
-            rows.sort_unstable();
-            let tree = grow(&binned, &resid, rows, params);
-            for (i, pr) in pred.iter_mut().enumerate() {
-                *pr += tree.predict(&x[i]);
-            }
-            trees.push(tree);
-        }
-        Gbdt { base, trees }
+        boost(x, y, params, |_, _| false)
     }
+
+    /// As `fit`, with the number of trees (at most `params.trees`) chosen on the rows flagged
+    /// in `validation`: a first fit trains on the other rows and stops once the flagged rows'
+    /// mean |residual| has not improved for `patience` trees; the returned model is refitted on
+    /// every row with the best count. Falls back to `fit` when either side has no rows.
+    pub fn fit_early_stopped(x: &[Vec<f64>], y: &[f64], validation: &[bool], params: &GbdtParams, patience: usize) -> Gbdt {
+        assert_eq!(x.len(), validation.len(), "one flag per row");
+        let (mut xt, mut yt, mut xv, mut yv) = (vec![], vec![], vec![], vec![]);
+        for ((r, t), &v) in x.iter().zip(y).zip(validation) {
+            let (xs, ys) = if v { (&mut xv, &mut yv) } else { (&mut xt, &mut yt) };
+            xs.push(r.clone());
+            ys.push(*t);
+        }
+        if xt.is_empty() || xv.is_empty() {
+            return Gbdt::fit(x, y, params);
+        }
+        let mut pred = vec![yt.iter().sum::<f64>() / yt.len() as f64; xv.len()];
+        let (mut best_loss, mut best_trees) = (f64::INFINITY, 1usize);
+        boost(&xt, &yt, params, |i, tree| {
+            for (p, r) in pred.iter_mut().zip(&xv) {
+                *p += tree.predict(r);
+            }
+            let loss = pred.iter().zip(&yv).map(|(p, t)| (p - t).abs()).sum::<f64>() / yv.len() as f64;
+            if loss < best_loss {
+                (best_loss, best_trees) = (loss, i + 1);
+            }
+            i + 1 >= best_trees + patience
+        });
+        Gbdt::fit(x, y, &GbdtParams { trees: best_trees, ..*params })
+    }
+}
+
+/// Boosts up to `params.trees` trees; `stop(index, tree)` after each tree ends it early.
+fn boost(x: &[Vec<f64>], y: &[f64], params: &GbdtParams, mut stop: impl FnMut(usize, &Tree) -> bool) -> Gbdt {
+    assert_eq!(x.len(), y.len(), "one target per row");
+    let n = x.len();
+    if n == 0 {
+        return Gbdt { base: 0.0, trees: vec![] };
+    }
+    let p = x[0].len();
+    let base = y.iter().sum::<f64>() / n as f64;
+    let params = &GbdtParams { min_leaf: params.min_leaf.max(n / 1000), ..*params };
+    let binned = Binned::new(x, p, params.max_bins);
+    let mut pred = vec![base; n];
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    let mut all_rows: Vec<u32> = (0..n as u32).collect();
+    let take = ((n as f64 * params.subsample).ceil() as usize).clamp(1, n);
+    let mut trees = Vec::with_capacity(params.trees);
+    for i in 0..params.trees {
+        let resid: Vec<f64> = y.iter().zip(&pred).map(|(a, b)| a - b).collect();
+        all_rows.shuffle(&mut rng);
+        let mut rows = all_rows[..take].to_vec();
+        rows.sort_unstable();
+        let tree = grow(&binned, &resid, rows, params);
+        for (i, pr) in pred.iter_mut().enumerate() {
+            *pr += tree.predict(&x[i]);
+        }
+        let done = stop(i, &tree);
+        trees.push(tree);
+        if done {
+            break;
+        }
+    }
+    Gbdt { base, trees }
 }
 
 /// `x` rounded to `digits` significant digits: leaf values need no more, and the JSON shrinks.
@@ -292,6 +332,31 @@ mod tests {
         assert!(mse < 0.01, "mse {mse}");
         assert!((m.predict(&[0.9, 0.0]) - 3.0).abs() < 0.15);
         assert!((m.predict(&[0.1, 0.5]) - 1.0).abs() < 0.15);
+    }
+
+    #[test]
+    fn early_stopping_stops_where_noise_begins() {
+        // y = 2*x0 plus noise that no feature explains: the inner rows stop boosting long
+        // before the cap, and the stopped model predicts fresh rows better than the capped one.
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut draw = |n: usize| -> (Vec<Vec<f64>>, Vec<f64>) {
+            let x: Vec<Vec<f64>> = (0..n).map(|_| vec![rng.gen::<f64>(), rng.gen::<f64>()]).collect();
+            let y = x.iter().map(|r| 2.0 * r[0] + rng.gen_range(-0.5..0.5)).collect();
+            (x, y)
+        };
+        let (x, y) = draw(2000);
+        let (xf, yf) = draw(2000);
+        let flags: Vec<bool> = (0..x.len()).map(|i| i % 10 == 0).collect();
+        let p = GbdtParams { trees: 400, learning_rate: 0.1, ..Default::default() };
+        let stopped = Gbdt::fit_early_stopped(&x, &y, &flags, &p, 20);
+        let capped = Gbdt::fit(&x, &y, &p);
+        assert!(stopped.trees.len() < 200, "{} trees", stopped.trees.len());
+        let mae = |m: &Gbdt| xf.iter().zip(&yf).map(|(r, t)| (m.predict(r) - t).abs()).sum::<f64>() / yf.len() as f64;
+        assert!(mae(&stopped) < mae(&capped), "{} vs {}", mae(&stopped), mae(&capped));
+        // No validation rows: the fixed count.
+        let none = Gbdt::fit_early_stopped(&x, &y, &vec![false; x.len()], &p, 20);
+        assert_eq!(none.trees.len(), 400);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `exp(gbdt(features))`. Predictions are never below SOL, so efficiency = SOL / predicted is
 //! always in (0, 1].
 
-use super::dataset::Measurement;
+use super::dataset::{is_inner_validation, Measurement};
 use super::features::{self, LinkClass};
 use super::gbdt::{Gbdt, GbdtParams};
 use crate::hardware::GpuSpec;
@@ -79,6 +79,20 @@ pub struct TwoResourceBase {
 /// two-resource fit: closer GPUs (A100 and H100 differ by 5 %) make the two terms collinear
 /// and their split noise.
 pub const MIN_BALANCE_SPREAD: f64 = 1.5;
+
+/// Boosting with the tree count picked on an inner validation set of shapes
+/// (`dataset::is_inner_validation`, `Gbdt::fit_early_stopped`): half the fixed count's step
+/// with twice its trees at most (never more total shrinkage than the fixed 100 x 0.2: with 400
+/// trees L40S's fp8-KV FlashInfer prefill shapes the inner set did not cover were predicted 72x
+/// SOL), stopped `PATIENCE` trees past the inner set's best. Only where the inner set has
+/// `MIN_ROWS` rows: on fewer its best count is noise (the collective families, tens of shapes
+/// per GPU, got worse with it), and the fixed `GbdtParams` count stays.
+mod early_stopping {
+    pub const LEARNING_RATE: f64 = 0.1;
+    pub const MAX_TREES: usize = 200;
+    pub const PATIENCE: usize = 30;
+    pub const MIN_ROWS: usize = 200;
+}
 
 fn dram_bytes_per_sm_cycle(gpu: &GpuSpec) -> f64 {
     gpu.hbm_bytes_per_s() / sm_cycles_per_s(gpu)
@@ -300,11 +314,17 @@ pub struct FitParams {
     pub gbdt: GbdtParams,
     /// Training rows are subsampled (deterministically) to at most this many.
     pub max_rows: usize,
+    /// Whether the tree count is picked on an inner validation set of shapes (`early_stopping`).
+    /// That set tells how well the trees generalize to new shapes of the training GPUs, which
+    /// is the target tier's job; the cross-gen tier predicts GPUs no row came from, where more
+    /// trees stack up corrections for spec-sheet combinations nobody measured (H100 left out:
+    /// decode at kv_len 2 went from 10 us to 1559 us), so it keeps the fixed count.
+    pub early_stop_on_shapes: bool,
 }
 
 impl Default for FitParams {
     fn default() -> Self {
-        FitParams { gbdt: GbdtParams::default(), max_rows: 40_000 }
+        FitParams { gbdt: GbdtParams::default(), max_rows: 40_000, early_stop_on_shapes: true }
     }
 }
 
@@ -509,7 +529,13 @@ impl OpModel {
             e.0 = (e.0 .0.min(t), e.0 .1.max(t));
             e.1.insert(m.gpu.as_str());
         }
-        let gbdt = Gbdt::fit(&x, &y, &params.gbdt);
+        let inner: Vec<bool> = prepared.iter().map(|(_, _, m, _)| is_inner_validation(&m.kernel)).collect();
+        let gbdt = if params.early_stop_on_shapes && inner.iter().filter(|v| **v).count() >= early_stopping::MIN_ROWS {
+            let p = GbdtParams { learning_rate: early_stopping::LEARNING_RATE, trees: early_stopping::MAX_TREES, ..params.gbdt };
+            Gbdt::fit_early_stopped(&x, &y, &inner, &p, early_stopping::PATIENCE)
+        } else {
+            Gbdt::fit(&x, &y, &params.gbdt)
+        };
         let y_range = y.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
         let correction_ranges = op.is_collective().then(|| {
             key_ranges
@@ -675,6 +701,7 @@ pub fn fit_set<'a>(
     use rayon::prelude::*;
     let groups = group_by_op(rows, min_rows);
     let cross_gen = tier == "cross-gen";
+    let params = &FitParams { early_stop_on_shapes: params.early_stop_on_shapes && !cross_gen, ..*params };
     let ops: BTreeMap<Op, OpModel> = groups
         .into_par_iter()
         .map(|(op, rows)| {

@@ -23,7 +23,7 @@ pub struct CalibrateArgs {
 /// Model-size knobs shared by `calibrate` and `validate kernels` (validate what ships).
 #[derive(Debug, Args)]
 pub struct FitArgs {
-    /// Boosted trees per op family.
+    /// Boosted trees per op family (cross-gen tier, and target-tier families with too few shapes to pick the count on an inner validation set).
     #[arg(long, default_value_t = FitParams::default().gbdt.trees)]
     pub trees: usize,
     /// Depth of each tree.

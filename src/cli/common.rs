@@ -59,6 +59,11 @@ impl DeployArgs {
 }
 
 /// `--kernel-backend OP=PREFIX[,PREFIX...]` flags: libraries the user names for an op family.
+/// `--moe-routing` value (`kernels::cost::Routing::parse_served`).
+pub fn parse_moe_routing(s: &str) -> std::result::Result<crate::kernels::cost::Routing, String> {
+    crate::kernels::cost::Routing::parse_served(s)
+}
+
 #[derive(Debug, Default)]
 pub struct NamedBackends(Vec<(String, String, Vec<String>)>);
 

@@ -1,5 +1,5 @@
 //! `kernelsight simulate`: serve a workload on a deployment and report latency and throughput.
-use super::common::{DeployArgs, NamedBackends};
+use super::common::{parse_moe_routing, DeployArgs, NamedBackends};
 use super::workload::WorkloadArgs;
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
@@ -60,6 +60,11 @@ pub struct SimulateArgs {
     /// VLLM_MXFP4_USE_MARLIN=1: `moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin`.
     #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
     pub kernel_backends: Vec<String>,
+    /// How served tokens spread over a MoE layer's experts: uniform (default), balanced, or
+    /// power_law_<alpha> (skewed expert loads as aiconfigurator's collectors draw them; with
+    /// expert parallelism the busiest GPU's shard sets the step).
+    #[arg(long, default_value = "uniform", value_parser = parse_moe_routing)]
+    pub moe_routing: crate::kernels::cost::Routing,
     /// Pin the KV block count per replica (e.g. the count an engine logged) instead of deriving it.
     /// For a model mixing full and sliding-window layers, the pages over all KV groups (vLLM's
     /// and transformers' hybrid pool: a block per group).
@@ -159,7 +164,7 @@ impl SimulateArgs {
             None => model.max_context.min(u32::MAX as u64) as u32,
         };
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
-        let km = named.kernel_model(&gpu, &dep, tier)?;
+        let km = named.kernel_model(&gpu, &dep, tier)?.with_served_routing(self.moe_routing);
         let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
         let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
         let host_line = format!(

@@ -1,5 +1,5 @@
 //! `kernelsight step`: the per-kernel table of one forward step.
-use super::common::{DeployArgs, NamedBackends};
+use super::common::{parse_moe_routing, DeployArgs, NamedBackends};
 use crate::batch_spec::parse_batch_spec;
 use crate::kernels::memory;
 use crate::perf::predictor::Predictor;
@@ -22,6 +22,11 @@ pub struct StepArgs {
     /// Kernel library of one op family, `OP=PREFIX[,PREFIX...]` (repeatable), as in `simulate`.
     #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
     pub kernel_backends: Vec<String>,
+    /// How served tokens spread over a MoE layer's experts: uniform (default), balanced, or
+    /// power_law_<alpha> (skewed expert loads as aiconfigurator's collectors draw them; with
+    /// expert parallelism the busiest GPU's shard sets the step).
+    #[arg(long, default_value = "uniform", value_parser = parse_moe_routing)]
+    pub moe_routing: crate::kernels::cost::Routing,
     /// Print JSON (kernels array plus totals) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -44,7 +49,7 @@ pub fn run(args: StepArgs) -> Result<()> {
     let named = NamedBackends::parse(&args.kernel_backends)?;
     named.apply(&mut engine);
     engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
-    let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?;
+    let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_served_routing(args.moe_routing);
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?;
     let pred = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, plan.kv_capacity_tokens)?;
     let table = pred.kernel_table(&seqs);

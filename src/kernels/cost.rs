@@ -62,6 +62,12 @@ pub enum Routing {
     /// kernelsight's collector's `power_law_<alpha>`: expert probability proportional to
     /// rank^-alpha over a random ranking, k distinct experts per token. Alpha in hundredths.
     PowerLaw { alpha_centi: u16 },
+    /// aiconfigurator's collectors' `power_law_<alpha>`: per-expert token counts drawn from a
+    /// power law bounded to [1, 0.8 T] ([0.01, 2] when T*k <= E) and scaled to T*k, and the
+    /// expert-parallel shard with the most tokens is the one measured (their generator swaps
+    /// it to rank 0). That shard does more than its 1/ep share of the work, which is what
+    /// serving under EP waits for too. Alpha in hundredths.
+    PowerLawLoads { alpha_centi: u16 },
 }
 
 impl Routing {
@@ -79,8 +85,135 @@ impl Routing {
                 let inclusion = power_law_inclusion(global as usize, topk, alpha_centi as f64 / 100.0);
                 inclusion.iter().map(|p| 1.0 - (1.0 - p).powf(tokens)).sum::<f64>() / ep
             }
+            Routing::PowerLawLoads { alpha_centi } => power_law_loads(tokens, topk, global, ep, alpha_centi).active,
         }
     }
+
+    /// The routing of served traffic a user names: `uniform` (the default: a random-weight
+    /// router, or a trained one on well-mixed prompts), `balanced`, or `power_law_<alpha>`
+    /// (alpha in [0, 10]; skewed expert loads drawn as aiconfigurator's collectors draw them,
+    /// its default being power_law_1.01, the busiest expert-parallel shard setting the step).
+    pub fn parse_served(s: &str) -> Result<Routing, String> {
+        match s.trim() {
+            "uniform" => Ok(Routing::Uniform),
+            "balanced" => Ok(Routing::Balanced),
+            other => other
+                .strip_prefix("power_law_")
+                .and_then(|a| a.parse::<f64>().ok())
+                .filter(|a| (0.0..=10.0).contains(a))
+                .map(|a| Routing::PowerLawLoads { alpha_centi: (a * 100.0).round() as u16 })
+                .ok_or_else(|| format!("'{other}' is not a served MoE routing (allowed: uniform, balanced, power_law_<alpha> with alpha in [0, 10])")),
+        }
+    }
+
+    /// How `parse_served` spells it.
+    pub fn served_name(self) -> String {
+        match self {
+            Routing::Uniform => "uniform".into(),
+            Routing::Balanced => "balanced".into(),
+            Routing::PowerLaw { alpha_centi } | Routing::PowerLawLoads { alpha_centi } => format!("power_law_{}", alpha_centi as f64 / 100.0),
+        }
+    }
+
+    /// Token-expert assignments one GPU's shard computes, in expectation: its 1/ep share,
+    /// except under `PowerLawLoads`, where the busiest shard's.
+    pub fn local_assignments(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {
+        match self {
+            Routing::PowerLawLoads { alpha_centi } => power_law_loads(tokens, topk, global, ep, alpha_centi).assignments,
+            _ => tokens * topk / ep,
+        }
+    }
+}
+
+/// The busiest expert-parallel shard under `Routing::PowerLawLoads`: its assignments and its
+/// experts that got any, averaged over draws.
+#[derive(Debug, Clone, Copy)]
+struct ShardLoad {
+    assignments: f64,
+    active: f64,
+}
+
+/// Draws of aiconfigurator's per-expert counts averaged for `ShardLoad`: enough that the mean
+/// busiest-shard load moves < 1 % between seeds on its table shapes.
+const POWER_LAW_DRAWS: usize = 64;
+
+/// `ShardLoad` of `tokens` tokens of `topk` picks on `global` experts over `ep` shards, with
+/// counts drawn as aiconfigurator's `_generate_power_law_distribution` draws them: inverse-CDF
+/// samples of a bounded power law scaled to T*k and rounded, the rounding's shortfall added one
+/// each to the largest (ties in random order), the busiest shard swapped to the front. Its router logits are one-hot
+/// sums, so a token keeps k *distinct* experts: an expert takes at most T picks, and each
+/// token's extra picks land on experts it had none of (ties in its top-k, taken as spread over
+/// the idle experts). Deterministic (fixed seed) and cached: every fit
+/// asks again for the same few shapes.
+fn power_law_loads(tokens: f64, topk: f64, global: f64, ep: f64, alpha_centi: u16) -> ShardLoad {
+    use rand::{seq::SliceRandom, Rng, SeedableRng};
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Key = (u64, u64, u64, u64, u16);
+    static CACHE: OnceLock<Mutex<HashMap<Key, (f64, f64)>>> = OnceLock::new();
+    let (t, k, e, shards) = (tokens.round().max(1.0) as u64, topk.round().max(1.0) as u64, global.round().max(1.0) as u64, ep.round().max(1.0) as u64);
+    let key = (t, k.min(e), e, shards, alpha_centi);
+    if let Some(&(assignments, active)) = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return ShardLoad { assignments, active };
+    }
+    let (t, k, e) = (t as i64, k.min(e) as i64, e as usize);
+    let alpha = alpha_centi as f64 / 100.0;
+    let total = t * k;
+    let (lo, hi) = if total > e as i64 { (1.0, 0.8 * t as f64) } else { (0.01, 2.0) };
+    let per_shard = (e / shards as usize).max(1);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed);
+    let (mut sum_assign, mut sum_active) = (0.0, 0.0);
+    for _ in 0..POWER_LAW_DRAWS {
+        let x: Vec<f64> = (0..e).map(|_| bounded_power_law(rng.gen::<f64>(), alpha, lo, hi.max(lo))).collect();
+        let norm: f64 = x.iter().sum();
+        let mut counts: Vec<i64> = x.iter().map(|v| (v / norm * total as f64).round() as i64).collect();
+        // Their argsort is not stable: experts tied on a count (all of them at decode sizes,
+        // where every scaled sample rounds to 0) come out in no particular order.
+        let mut order: Vec<usize> = (0..e).collect();
+        order.shuffle(&mut rng);
+        order.sort_by_key(|&i| std::cmp::Reverse(counts[i]));
+        let delta = total - counts.iter().sum::<i64>();
+        for i in 0..delta.unsigned_abs() as usize {
+            if delta > 0 {
+                counts[order[i % e]] += 1;
+            } else if let Some(&j) = order.iter().rev().find(|&&j| counts[j] > 0) {
+                counts[j] -= 1;
+            }
+        }
+        // The busiest shard first, as their swap leaves it.
+        let shard_sum = |c: &[i64], s: usize| c[s * per_shard..((s + 1) * per_shard).min(e)].iter().sum::<i64>();
+        let busiest = (0..e.div_ceil(per_shard)).max_by_key(|&s| (shard_sum(&counts, s), std::cmp::Reverse(s))).unwrap_or(0);
+        for i in 0..per_shard.min(e - busiest * per_shard) {
+            counts.swap(i, busiest * per_shard + i);
+        }
+        // At most one pick per token: the excess lands on experts the token had none of,
+        // spread over the idle ones (expected counts).
+        let surplus: i64 = counts.iter().map(|c| (c - t).max(0)).sum();
+        counts.iter_mut().for_each(|c| *c = (*c).min(t));
+        let shard = &counts[..per_shard.min(e)];
+        let idle = counts.iter().filter(|c| **c == 0).count() as f64;
+        let shard_idle = shard.iter().filter(|c| **c == 0).count() as f64;
+        let (extra, woken) = if idle > 0.0 {
+            (surplus as f64 * shard_idle / idle, shard_idle * (1.0 - (1.0 - 1.0 / idle).powf(surplus as f64)))
+        } else {
+            (0.0, 0.0)
+        };
+        sum_assign += shard.iter().sum::<i64>() as f64 + extra;
+        sum_active += shard.iter().filter(|c| **c > 0).count() as f64 + woken;
+    }
+    let n = POWER_LAW_DRAWS as f64;
+    let load = (sum_assign / n, sum_active / n);
+    CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(key, load);
+    ShardLoad { assignments: load.0, active: load.1 }
+}
+
+/// Inverse CDF of a power law of exponent `alpha` bounded to [lo, hi] at quantile `u`.
+fn bounded_power_law(u: f64, alpha: f64, lo: f64, hi: f64) -> f64 {
+    if (alpha - 1.0).abs() < 1e-9 {
+        return lo * (hi / lo).powf(u);
+    }
+    let a = 1.0 - alpha;
+    ((hi.powf(a) - lo.powf(a)) * u + lo.powf(a)).powf(1.0 / a)
 }
 
 /// Probability that one token's `k` distinct picks (weighted by rank^-alpha, without
@@ -153,6 +286,11 @@ impl MlaModule {
 }
 
 pub fn flops(k: &Kernel) -> f64 {
+    flops_routed(k, Routing::Uniform)
+}
+
+/// As `flops`, a MoE kernel's assignments those `routing` gives its GPU's shard.
+pub fn flops_routed(k: &Kernel, routing: Routing) -> f64 {
     let f = |x: u64| x as f64;
     match k.op {
         Op::Gemm => 2.0 * f(k.m) * f(k.n) * f(k.k),
@@ -177,9 +315,8 @@ pub fn flops(k: &Kernel) -> f64 {
         // Gated DeltaNet: per token and value head a d_k x d_v state update and readout (~4 MACs/elem).
         Op::LinearAttn => 8.0 * f(k.num_tokens) * f(k.num_heads) * f(k.head_dim) * f(k.head_dim),
         Op::Moe => {
-            let ep = k.ep.max(1) as f64;
             let tp = k.tp.max(1) as f64;
-            let assignments = f(k.num_tokens) * f(k.topk) / ep;
+            let assignments = routing.local_assignments(f(k.num_tokens), f(k.topk), f(k.num_experts), k.ep.max(1) as f64);
             // gate+up (2*inter) and down (inter), each a 2-FLOP MAC per element.
             2.0 * assignments * f(k.hidden) * 3.0 * f(k.inter) / tp
         }
@@ -356,6 +493,27 @@ mod tests {
         k.num_tokens = 100_000;
         let (b, u) = (bytes_routed(&k, Routing::Balanced), bytes_routed(&k, Routing::Uniform));
         assert!((b - u).abs() < 1e-6 * b, "{b} {u}");
+    }
+
+    #[test]
+    fn power_law_loads_put_more_than_a_share_on_the_busiest_shard() {
+        let pl = Routing::PowerLawLoads { alpha_centi: 120 };
+        // One shard: every assignment is local, whatever the draw.
+        let all = pl.local_assignments(4096.0, 8.0, 256.0, 1.0);
+        assert!((all / (4096.0 * 8.0) - 1.0).abs() < 0.01, "{all}");
+        // Eight shards: the busiest holds well over its eighth, never more than everything.
+        for (t, e) in [(8192.0, 256.0), (1024.0, 128.0), (64.0, 128.0)] {
+            let busiest = pl.local_assignments(t, 8.0, e, 8.0);
+            let share = t * 8.0 / 8.0;
+            assert!(busiest > 1.3 * share && busiest < 8.0 * share, "T={t} E={e}: {busiest} vs share {share}");
+        }
+        // Other routings keep the even share.
+        assert_eq!(Routing::Balanced.local_assignments(64.0, 8.0, 128.0, 8.0), 64.0);
+        // A decode token reads at most its k experts; skew leaves some shard experts idle.
+        let active = pl.local_active_experts(1.0, 8.0, 128.0, 1.0);
+        assert!(active > 1.0 && active <= 8.5, "{active}");
+        // Deterministic: the cache and a fresh draw agree.
+        assert_eq!(pl.local_assignments(8192.0, 8.0, 256.0, 8.0), pl.local_assignments(8192.0, 8.0, 256.0, 8.0));
     }
 
     #[test]

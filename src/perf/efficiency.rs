@@ -41,6 +41,8 @@ pub struct KernelModel {
     /// Where the calibration came from: sibling models load from it on demand (`with_siblings`).
     store: Store,
     siblings_loaded: bool,
+    /// How served traffic spreads over a MoE layer's experts (`with_served_routing`).
+    served_routing: Routing,
 }
 
 /// Which model times a kernel (`KernelModel::resolve`), and where it came from.
@@ -83,6 +85,7 @@ impl KernelModel {
             named: Default::default(),
             store: store.clone(),
             siblings_loaded: false,
+            served_routing: Routing::Uniform,
         };
         if tier == Tier::Roofline {
             return Ok(model);
@@ -178,6 +181,14 @@ impl KernelModel {
             }
         }
         Ok(self)
+    }
+
+    /// Prices served MoE kernels for `routing` instead of uniform routing: under
+    /// `Routing::PowerLawLoads` the busiest expert-parallel shard's work and experts, which
+    /// the step waits for.
+    pub fn with_served_routing(mut self, routing: Routing) -> Self {
+        self.served_routing = routing;
+        self
     }
 
     /// The tier actually used (after fallbacks).
@@ -292,11 +303,11 @@ impl KernelModel {
     /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
     /// own backend) over the engine's ones.
     pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
-        self.predict_routed_us_with(k, pref, Routing::Uniform)
+        self.predict_routed_us_with(k, pref, self.served_routing)
     }
 
     /// As `predict_us_with` for a MoE kernel whose tokens are routed as `routing` (a measured
-    /// row's own routing; served traffic is uniform).
+    /// row's own routing; served traffic: `with_served_routing`, uniform unless set).
     pub fn predict_routed_us_with(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
         let t = self.predict_raw_us(k, pref, routing);
         // A GEMM over fewer rows does a subset of the work of one over more (same n, k; the
@@ -448,6 +459,10 @@ impl KernelTimeModel for KernelModel {
         KernelModel::predict_us(self, k)
     }
 
+    fn served_routing(&self) -> Routing {
+        self.served_routing
+    }
+
     fn predict_us_in(&self, k: &Kernel, library: &str) -> f64 {
         self.predict_us_with(k, Some(library))
     }
@@ -469,6 +484,9 @@ impl KernelTimeModel for KernelModel {
         let borrowed = self.borrowed_libraries();
         if !borrowed.is_empty() {
             parts.push(format!("named libraries {} never measured: {}", self.gpu.id, borrowed.join(", ")));
+        }
+        if self.served_routing != Routing::Uniform {
+            parts.push(format!("MoE experts priced for {} routing", self.served_routing.served_name()));
         }
         format!(
             "calibrated {} on {} ({}; other ops roofline)",

@@ -220,7 +220,7 @@ impl Predictor {
         kernels
             .into_iter()
             .map(|instance| {
-                let sol = super::sol::sol(&instance.kernel, &self.gpu);
+                let sol = super::sol::sol_routed(&instance.kernel, &self.gpu, self.kernel_model.served_routing());
                 let predicted_us = self.instance_us(&instance);
                 TimedKernel { instance, sol, predicted_us }
             })

@@ -82,7 +82,7 @@ pub fn sol(k: &Kernel, gpu: &GpuSpec) -> Sol {
 
 /// As `sol`, a MoE kernel's weight reads counted for `routing` (a measured row's own routing).
 pub fn sol_routed(k: &Kernel, gpu: &GpuSpec, routing: cost::Routing) -> Sol {
-    let flops = cost::flops(k);
+    let flops = cost::flops_routed(k, routing);
     // Attention over an fp8 KV cache can run its matmuls in fp8 (FlashAttention-3, TRT-LLM):
     // the bound takes the faster of the two peaks.
     let peak = match (k.op.class(), k.kv_dtype) {
