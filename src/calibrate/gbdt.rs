@@ -43,41 +43,168 @@ impl Default for GbdtParams {
     }
 }
 
-/// One tree in flat form: node `i` is a leaf when `feature[i] < 0` (its value in `value[i]`),
-/// else it sends `x[feature] <= value[i]` to `left[i]` and the rest to `left[i] + 1`.
+/// One tree in flat form: node `i` is a leaf when its `feature < 0` (its value in `value`),
+/// else it sends `x[feature] <= value` to `left` and the rest to `left + 1`. Nodes are packed
+/// (8 bytes each) because evaluating trees is most of a simulation's time; the JSON keeps
+/// three parallel arrays (`TreeArrays`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(from = "TreeArrays", into = "TreeArrays")]
 pub struct Tree {
-    #[serde(rename = "f")]
-    pub feature: Vec<i16>,
-    #[serde(rename = "v")]
-    pub value: Vec<f32>,
-    #[serde(rename = "l")]
-    pub left: Vec<u16>,
+    nodes: Vec<Node>,
 }
 
-impl Tree {
-    fn predict(&self, x: &[f64]) -> f64 {
-        let mut i = 0usize;
-        loop {
-            let f = self.feature[i];
-            if f < 0 {
-                return self.value[i] as f64;
-            }
-            let go_left = x[f as usize] <= self.value[i] as f64;
-            i = self.left[i] as usize + usize::from(!go_left);
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Node {
+    value: f32,
+    feature: i16,
+    left: u16,
+}
+
+const LEAF: Node = Node { value: 0.0, feature: -1, left: 0 };
+
+/// A tree as stored in calibration files.
+#[derive(Serialize, Deserialize)]
+struct TreeArrays {
+    #[serde(rename = "f")]
+    feature: Vec<i16>,
+    #[serde(rename = "v")]
+    value: Vec<f32>,
+    #[serde(rename = "l")]
+    left: Vec<u16>,
+}
+
+impl From<TreeArrays> for Tree {
+    fn from(a: TreeArrays) -> Tree {
+        let nodes = a.feature.iter().zip(&a.value).zip(&a.left).map(|((&feature, &value), &left)| Node { value, feature, left }).collect();
+        Tree { nodes }
+    }
+}
+
+impl From<Tree> for TreeArrays {
+    fn from(t: Tree) -> TreeArrays {
+        TreeArrays {
+            feature: t.nodes.iter().map(|n| n.feature).collect(),
+            value: t.nodes.iter().map(|n| n.value).collect(),
+            left: t.nodes.iter().map(|n| n.left).collect(),
         }
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+impl Tree {
+    fn predict(&self, x: &[f64]) -> f64 {
+        let mut n = self.nodes[0];
+        while n.feature >= 0 {
+            let go_left = x[n.feature as usize] <= n.value as f64;
+            n = self.nodes[n.left as usize + usize::from(!go_left)];
+        }
+        n.value as f64
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Gbdt {
     pub base: f64,
     pub trees: Vec<Tree>,
+    /// The trees laid out for evaluation (`Complete`), built on first use.
+    #[serde(skip)]
+    complete: std::sync::OnceLock<Option<Complete>>,
+}
+
+impl PartialEq for Gbdt {
+    fn eq(&self, other: &Gbdt) -> bool {
+        self.base == other.base && self.trees == other.trees
+    }
+}
+
+/// Every tree as a complete binary tree of the ensemble's depth, one after another: walking a
+/// tree is then `depth` steps of `i = 2i + 1 + (go right)`, so several trees are walked at once
+/// and their memory loads overlap (a simulation spends most of its time here). A leaf above
+/// the bottom fills its whole subtree's bottom row with its value.
+#[derive(Debug, Clone)]
+struct Complete {
+    depth: u32,
+    nodes: Vec<Node>,
+}
+
+/// Trees walked side by side.
+const LANES: usize = 8;
+
+/// Deepest ensemble laid out complete (2^(d+1) - 1 nodes a tree: 8 KB at 9); deeper ones (a
+/// calibration run with a larger `--max-depth`) are walked node by node.
+const MAX_COMPLETE_DEPTH: u32 = 9;
+
+impl Complete {
+    fn of(trees: &[Tree]) -> Option<Complete> {
+        fn depth(t: &Tree, i: usize) -> u32 {
+            let n = t.nodes[i];
+            if n.feature < 0 {
+                0
+            } else {
+                1 + depth(t, n.left as usize).max(depth(t, n.left as usize + 1))
+            }
+        }
+        fn fill(t: &Tree, src: usize, dst: usize, level: u32, depth: u32, out: &mut [Node]) {
+            let n = t.nodes[src];
+            if n.feature >= 0 {
+                out[dst] = n;
+                fill(t, n.left as usize, 2 * dst + 1, level + 1, depth, out);
+                fill(t, n.left as usize + 1, 2 * dst + 2, level + 1, depth, out);
+            } else {
+                // Bottom-row slots under `dst`: a contiguous run of 2^(depth - level).
+                let span = 1usize << (depth - level);
+                let first = ((dst + 1) << (depth - level)) - 1;
+                for slot in &mut out[first..first + span] {
+                    *slot = Node { value: n.value, feature: -1, left: 0 };
+                }
+            }
+        }
+        let d = trees.iter().map(|t| depth(t, 0)).max().unwrap_or(0);
+        if d > MAX_COMPLETE_DEPTH {
+            return None;
+        }
+        let stride = (1usize << (d + 1)) - 1;
+        let mut nodes = vec![Node { value: 0.0, feature: 0, left: 0 }; trees.len() * stride];
+        for (i, t) in trees.iter().enumerate() {
+            fill(t, 0, 0, 0, d, &mut nodes[i * stride..(i + 1) * stride]);
+        }
+        Some(Complete { depth: d, nodes })
+    }
+
+    fn predict(&self, x: &[f64]) -> f64 {
+        let stride = (1usize << (self.depth + 1)) - 1;
+        let mut sum = 0.0;
+        for chunk in self.nodes.chunks(stride * LANES) {
+            let lanes = chunk.len() / stride;
+            let mut idx = [0usize; LANES];
+            for _ in 0..self.depth {
+                for (j, i) in idx.iter_mut().enumerate().take(lanes) {
+                    let n = chunk[j * stride + *i];
+                    *i = 2 * *i + 1 + usize::from(!(x[n.feature as usize] <= n.value as f64));
+                }
+            }
+            sum += idx.iter().enumerate().take(lanes).map(|(j, i)| chunk[j * stride + i].value as f64).sum::<f64>();
+        }
+        sum
+    }
 }
 
 impl Gbdt {
+    fn new(base: f64, trees: Vec<Tree>) -> Gbdt {
+        Gbdt { base, trees, complete: std::sync::OnceLock::new() }
+    }
+
     pub fn predict(&self, x: &[f64]) -> f64 {
-        self.base + self.trees.iter().map(|t| t.predict(x)).sum::<f64>()
+        self.base
+            + match self.complete.get_or_init(|| Complete::of(&self.trees)) {
+                Some(c) => c.predict(x),
+                None => self.trees.iter().map(|t| t.predict(x)).sum::<f64>(),
+            }
+    }
+
+    /// Drops the trees (the base alone predicts).
+    pub fn clear_trees(&mut self) {
+        self.trees.clear();
+        self.complete = std::sync::OnceLock::new();
     }
 
     /// Fits `y ~ x` (rows of equal length) with `params.trees` trees. Deterministic for a
@@ -122,7 +249,7 @@ fn boost(x: &[Vec<f64>], y: &[f64], params: &GbdtParams, mut stop: impl FnMut(us
     assert_eq!(x.len(), y.len(), "one target per row");
     let n = x.len();
     if n == 0 {
-        return Gbdt { base: 0.0, trees: vec![] };
+        return Gbdt::new(0.0, vec![]);
     }
     let p = x[0].len();
     let base = y.iter().sum::<f64>() / n as f64;
@@ -148,7 +275,7 @@ fn boost(x: &[Vec<f64>], y: &[f64], params: &GbdtParams, mut stop: impl FnMut(us
             break;
         }
     }
-    Gbdt { base, trees }
+    Gbdt::new(base, trees)
 }
 
 /// `x` rounded to `digits` significant digits: leaf values need no more, and the JSON shrinks.
@@ -239,14 +366,14 @@ fn grow(b: &Binned, resid: &[f64], rows: Vec<u32>, params: &GbdtParams) -> Tree 
     for e in &b.edges {
         offset.push(offset.last().unwrap() + e.len());
     }
-    let mut tree = Tree { feature: vec![-1], value: vec![0.0], left: vec![0] };
+    let mut tree = Tree { nodes: vec![LEAF] };
     let hist = Hist::build(b, &offset, resid, &rows);
     // (node index, rows, its histogram, depth)
     let mut stack = vec![(0usize, rows, hist, 0usize)];
     while let Some((node, rows, hist, depth)) = stack.pop() {
         let sum: f64 = rows.iter().map(|&r| resid[r as usize]).sum();
         let leaf = params.learning_rate * sum / (rows.len() as f64 + params.lambda);
-        tree.value[node] = round_sig(leaf, 4) as f32;
+        tree.nodes[node].value = round_sig(leaf, 4) as f32;
         if depth >= params.max_depth || rows.len() < 2 * params.min_leaf {
             continue;
         }
@@ -254,15 +381,11 @@ fn grow(b: &Binned, resid: &[f64], rows: Vec<u32>, params: &GbdtParams) -> Tree 
         let col = &b.cols[split.feature];
         let (l, r): (Vec<u32>, Vec<u32>) =
             rows.into_iter().partition(|&i| (col[i as usize] as usize) <= split.bin);
-        let left = tree.feature.len();
-        tree.feature[node] = split.feature as i16;
+        let left = tree.nodes.len();
         // Midpoint between neighbouring bin edges: robust to the f32 rounding of the threshold.
         let e = &b.edges[split.feature];
-        tree.value[node] = ((e[split.bin] + e[split.bin + 1]) / 2.0) as f32;
-        tree.left[node] = left as u16;
-        tree.feature.extend([-1, -1]);
-        tree.value.extend([0.0, 0.0]);
-        tree.left.extend([0, 0]);
+        tree.nodes[node] = Node { value: ((e[split.bin] + e[split.bin + 1]) / 2.0) as f32, feature: split.feature as i16, left: left as u16 };
+        tree.nodes.extend([LEAF, LEAF]);
         if depth + 1 < params.max_depth {
             let (small_is_left, small) = if l.len() <= r.len() { (true, &l) } else { (false, &r) };
             let hs = Hist::build(b, &offset, resid, small);
@@ -357,6 +480,27 @@ mod tests {
         // No validation rows: the fixed count.
         let none = Gbdt::fit_early_stopped(&x, &y, &vec![false; x.len()], &p, 20);
         assert_eq!(none.trees.len(), 400);
+    }
+
+    #[test]
+    fn complete_layout_predicts_as_the_trees_do() {
+        // Trees of mixed depths (leaves at every level), inputs on and around the thresholds.
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let x: Vec<Vec<f64>> = (0..600).map(|_| (0..3).map(|_| (rng.gen_range(0..40) as f64) / 4.0).collect()).collect();
+        let y: Vec<f64> = x.iter().map(|r| if r[0] > 5.0 { r[1] * r[2] } else { -r[2] }).collect();
+        let m = Gbdt::fit(&x, &y, &GbdtParams { trees: 37, max_depth: 6, min_leaf: 3, ..Default::default() });
+        let deep = Gbdt::fit(&x, &y, &GbdtParams { trees: 5, max_depth: 12, min_leaf: 1, ..Default::default() });
+        assert!((deep.predict(&x[1]) - deep.base - deep.trees.iter().map(|t| t.predict(&x[1])).sum::<f64>()).abs() < 1e-9);
+        let back: Gbdt = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        for r in x.iter().chain([vec![-1.0, 0.0, 1e9], vec![f64::NAN, 2.0, 3.0]].iter()) {
+            let walked = m.base + m.trees.iter().map(|t| t.predict(r)).sum::<f64>();
+            assert!((m.predict(r) - walked).abs() < 1e-9, "{r:?}: {} vs {walked}", m.predict(r));
+            assert!((back.predict(r) - walked).abs() < 1e-9);
+        }
+        let mut cleared = m.clone();
+        cleared.clear_trees();
+        assert_eq!(cleared.predict(&x[0]), m.base);
     }
 
     #[test]

@@ -89,9 +89,9 @@ pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str
         model.two_resource.clear();
     }
     if model.form != Form::Learned {
-        model.gbdt.trees.clear();
+        model.gbdt.clear_trees();
         for sub in model.by_path.values_mut() {
-            sub.gbdt.trees.clear();
+            sub.gbdt.clear_trees();
         }
     }
     model
