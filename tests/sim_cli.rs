@@ -201,3 +201,20 @@ fn kernel_backend_flag_picks_the_library_an_engine_runs() {
     let marlin = prefill_us(&["--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]);
     assert!(marlin > 1.05 * triton, "Marlin {marlin} us vs Triton {triton} us");
 }
+
+#[test]
+fn moe_routing_flag_prices_the_busiest_expert_shard_in_the_simulation() {
+    // Qwen3-30B-A3B over 8 GPUs with expert parallelism: skewed routing puts more than an
+    // eighth of a prefill's assignments on the busiest GPU, whose experts the step waits for.
+    let base = ["--model", "qwen3-30b-a3b", "--gpu", "h200_sxm", "--tp", "8", "--ep", "8", "--isl", "4096", "--osl", "2", "--rate", "0.01", "--num-requests", "2"];
+    let prefill_us = |extra: &[&str]| {
+        let r = sim(&[&base[..], extra].concat());
+        r.scenario.predictor.step_time(&[SeqWork { new_tokens: 4096, cached_tokens: 0 }]).total_us
+    };
+    let uniform = prefill_us(&[]);
+    assert_eq!(uniform, prefill_us(&["--moe-routing", "uniform"]));
+    let skewed = prefill_us(&["--moe-routing", "power_law_1.01"]);
+    assert!(skewed > 1.02 * uniform, "power-law {skewed} us vs uniform {uniform} us");
+    let err = sim_err(&["--moe-routing", "power_law_11"]);
+    assert!(err.contains("power_law_11") && err.contains("alpha in [0, 10]"), "{err}");
+}
