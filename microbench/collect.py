@@ -37,7 +37,7 @@ OUTPUT_COLUMNS = SHAPE_COLUMNS + [
     "achieved_tflops", "achieved_tbps", "busbw_gbps", "backend", "gpu", "source", "routing",
 ]
 DTYPES = {"bf16", "fp8"}
-ROUTINGS = ("balanced", "uniform", "power_law_1.2")
+ROUTINGS = ("balanced", "uniform", "power_law_1.2", "power_law_loads_1.01", "power_law_loads_1.2")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 ELEMENTWISE = ("rmsnorm", "fused_add_rmsnorm", "silu_mul", "rope", "add", "embedding", "sampling",
                "copy", "moe_router")
@@ -699,12 +699,55 @@ class Gpu:
             ids = (torch.arange(t)[:, None] * kk + torch.arange(kk)[None, :]) % e
         elif r["routing"] == "uniform":  # k distinct experts per token, every expert equally likely
             ids = torch.rand(t, e, generator=gen).argsort(dim=1)[:, :kk]
+        elif r["routing"].startswith("power_law_loads_"):
+            ids = self.power_law_loads_ids(t, e, kk, max(r["ep"], 1), float(r["routing"][len("power_law_loads_"):]), gen)
         else:  # power law over a random expert ranking, k distinct experts per token
             prob = (torch.arange(e, dtype=torch.float64) + 1) ** -1.2
             prob = prob[torch.randperm(e, generator=gen)]
             ids = torch.multinomial(prob.expand(t, e), kk, replacement=False, generator=gen)
         w = torch.softmax(torch.randn(t, kk, generator=gen), dim=-1)
         return ids.to(self.dev), w.to(self.dev)
+
+    def power_law_loads_ids(self, t, e, kk, ep, alpha, gen):
+        """aiconfigurator's power-law routing (its collector's `_generate_power_law_distribution`,
+        reimplemented): per-expert counts drawn from a power law bounded to [1, 0.8 T] ([0.01, 2]
+        when T*k <= E), scaled to T*k and rounded, the shortfall added one each to the largest
+        (ties in random order), the busiest shard of E/ep experts swapped to experts [0, E/ep)
+        (the ones this GPU holds). Each token takes its picks from that list and keeps k distinct
+        experts; repeats are replaced by experts it had none of, at random."""
+        torch = self.torch
+        lo, hi = (1.0, 0.8 * t) if t * kk > e else (0.01, 2.0)
+        u = torch.rand(e, generator=gen, dtype=torch.float64)
+        a = 1.0 - alpha
+        x = ((hi ** a - lo ** a) * u + lo ** a) ** (1.0 / a) if abs(a) > 1e-9 else lo * (hi / lo) ** u
+        counts = torch.round(x / x.sum() * t * kk).to(torch.int64)
+        order = torch.randperm(e, generator=gen)
+        order = order[torch.argsort(counts[order], descending=True, stable=True)]
+        delta = t * kk - int(counts.sum())
+        for i in range(abs(delta)):
+            if delta > 0:
+                counts[order[i % e]] += 1
+            else:
+                pos = [j for j in order.flip(0).tolist() if counts[j] > 0]
+                counts[pos[0]] -= 1
+        per = e // ep
+        shards = counts.view(ep, per).sum(dim=1)
+        busiest = int(torch.argmax(shards))
+        if busiest:
+            c = counts.view(ep, per).clone()
+            c[[0, busiest]] = c[[busiest, 0]]
+            counts = c.view(-1)
+        by_load = torch.argsort(counts, descending=True, stable=True)
+        flat = torch.repeat_interleave(by_load, counts[by_load])
+        picks = flat.view(kk, t).T.tolist()
+        ids = []
+        for row in picks:
+            seen = list(dict.fromkeys(row))
+            if len(seen) < kk:
+                spare = [j for j in torch.randperm(e, generator=gen).tolist() if j not in set(seen)]
+                seen += spare[: kk - len(seen)]
+            ids.append(seen)
+        return torch.tensor(ids, dtype=torch.int64)
 
     def build_moe(self, r):
         if r["backend"] == "hf_grouped_mm":

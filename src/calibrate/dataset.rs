@@ -131,7 +131,8 @@ pub fn rows_to_measurements(rows: Vec<KernelRow>, origin: &str, specs: &[GpuSpec
     Ok(out)
 }
 
-/// The routing a MoE row was measured with: its `routing` column (the collector's), else
+/// The routing a MoE row was measured with: its `routing` column (the collector's:
+/// `power_law_<alpha>` its own generator, `power_law_loads_<alpha>` aiconfigurator's), else
 /// aiconfigurator's convention (balanced unless the backend names a `power_law_<alpha>`
 /// variant: their own generator, `Routing::PowerLawLoads`), else uniform. Their categories
 /// never stand in for served traffic's library (`perf::efficiency`).
@@ -142,10 +143,14 @@ pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str
     match column.map(str::trim).filter(|c| !c.is_empty()) {
         Some("balanced") => Ok(Routing::Balanced),
         Some("uniform") => Ok(Routing::Uniform),
-        Some(c) => match c.strip_prefix("power_law_").and_then(|a| a.parse::<f64>().ok()) {
-            Some(alpha) if (0.0..=10.0).contains(&alpha) => Ok(Routing::PowerLaw { alpha_centi: (alpha * 100.0).round() as u16 }),
-            _ => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha> with alpha in [0, 10])"),
-        },
+        Some(c) => {
+            let alpha = |prefix: &str| c.strip_prefix(prefix).and_then(|a| a.parse::<f64>().ok()).filter(|a| (0.0..=10.0).contains(a)).map(|a| (a * 100.0).round() as u16);
+            match (alpha("power_law_loads_"), alpha("power_law_")) {
+                (Some(alpha_centi), _) => Ok(Routing::PowerLawLoads { alpha_centi }),
+                (None, Some(alpha_centi)) => Ok(Routing::PowerLaw { alpha_centi }),
+                _ => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha>, power_law_loads_<alpha> with alpha in [0, 10])"),
+            }
+        }
         None if source.starts_with("aiconfigurator") => Ok(match aiconfigurator_power_law(backend) {
             Some(alpha_centi) => Routing::PowerLawLoads { alpha_centi },
             None => Routing::Balanced,
