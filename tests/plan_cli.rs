@@ -104,3 +104,20 @@ fn capacity_reports_the_highest_rate_and_the_curve() {
     let (ok, _, stderr) = ks(&["capacity", "--gpu", "h200_sxm", "--prefill-replicas", "1", "--slo-ttft-ms", "300"]);
     assert!(!ok && stderr.contains("--decode-replicas"), "{stderr}");
 }
+
+#[test]
+fn skewed_moe_routing_lowers_expert_parallel_capacity() {
+    // Qwen3-30B-A3B over 8 GPUs with expert parallelism: with power-law expert loads the
+    // busiest GPU's experts set each step, so the sustainable rate cannot rise.
+    let rate = |routing: &str| {
+        let (ok, stdout, stderr) = ks(&[
+            "capacity", "--model", "qwen3-30b-a3b", "--gpu", "h200_sxm", "--tp", "8", "--ep", "8", "--num-requests", "150", "--workload", "fixed",
+            "--isl", "4096", "--osl", "64", "--slo-ttft-ms", "500", "--moe-routing", routing, "--json",
+        ]);
+        assert!(ok, "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        v["capacity"]["max_rate_per_s"].as_f64().unwrap()
+    };
+    let (uniform, skewed) = (rate("uniform"), rate("power_law_1.2"));
+    assert!(skewed < uniform, "power-law {skewed} req/s vs uniform {uniform} req/s");
+}

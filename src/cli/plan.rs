@@ -54,6 +54,11 @@ pub struct RunArgs {
     /// How requests are spread over data-parallel replicas.
     #[arg(long, value_enum, default_value = "round-robin")]
     pub router: RouterKind,
+    /// How served tokens spread over MoE experts: uniform (default), balanced, or
+    /// power_law_<alpha> (skewed loads as aiconfigurator's collectors draw them; under expert
+    /// parallelism the busiest GPU's shard sets the step).
+    #[arg(long, default_value = "uniform", value_parser = super::common::parse_moe_routing)]
+    pub moe_routing: crate::kernels::cost::Routing,
     /// Print JSON for scripts instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -211,7 +216,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         min_kv_tokens: longest_request(&workload)?,
     };
     let enumerated = space.enumerate(&model)?;
-    let eval = SimEvaluator::new(model.clone(), &gpus, engine, a.tier, a.run.router)?;
+    let eval = SimEvaluator::new(model.clone(), &gpus, engine, a.tier, a.run.router)?.with_served_routing(a.run.moe_routing);
     let started = std::time::Instant::now();
     let pb = if a.run.json { ProgressBar::hidden() } else { progress_bar("simulating") };
     let input = PlanInput {

@@ -36,6 +36,8 @@ pub struct SimEvaluator {
     pub router: RouterKind,
     /// CPU-side step costs of the engine (as `simulate` uses them).
     pub host: HostOverhead,
+    /// How served tokens spread over MoE experts (`simulate --moe-routing`).
+    pub served_routing: crate::kernels::cost::Routing,
 }
 
 fn quantiles(h: &Histogram, pct: f64) -> Quantiles {
@@ -140,7 +142,14 @@ impl SimEvaluator {
     /// Evaluator for `model` on `gpus` under `engine`, with that engine's host overhead.
     pub fn new(model: ModelConfig, gpus: &[GpuSpec], engine: EngineParams, tier: Tier, router: RouterKind) -> Result<SimEvaluator> {
         let host = HostOverhead::for_engine(&engine.name)?;
-        Ok(SimEvaluator { model, gpus: gpus.iter().map(|g| (g.id.clone(), g.clone())).collect(), engine, tier, router, host })
+        let gpus = gpus.iter().map(|g| (g.id.clone(), g.clone())).collect();
+        Ok(SimEvaluator { model, gpus, engine, tier, router, host, served_routing: Default::default() })
+    }
+
+    /// Prices MoE experts for `routing` instead of uniform routing (`KernelModel::with_served_routing`).
+    pub fn with_served_routing(mut self, routing: crate::kernels::cost::Routing) -> SimEvaluator {
+        self.served_routing = routing;
+        self
     }
 
     fn gpu(&self, id: &str) -> Result<&GpuSpec> {
@@ -166,7 +175,7 @@ impl SimEvaluator {
         }
         // The same construction as `simulate`: the engine's libraries, unfused ops, launches,
         // CUDA-graph padding and captures (capped at the pool's pages), async scheduling.
-        let km = KernelModel::load(gpu, self.tier)?;
+        let km = KernelModel::load(gpu, self.tier)?.with_served_routing(self.served_routing);
         let kv_cap_tokens = blocks as u64 * engine.block_size as u64;
         let pred = Predictor::for_engine(&self.model, gpu, &dep, km, &engine, self.host.clone(), kv_cap_tokens)?;
         Ok((engine, blocks, pred))
