@@ -179,7 +179,10 @@ impl Complete {
             for _ in 0..self.depth {
                 for (j, i) in idx.iter_mut().enumerate().take(lanes) {
                     let n = chunk[j * stride + *i];
-                    *i = 2 * *i + 1 + usize::from(!(x[n.feature as usize] <= n.value as f64));
+                    // Not `>`: NaN goes right, as `Tree::predict` sends it.
+                    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                    let right = !(x[n.feature as usize] <= n.value as f64);
+                    *i = 2 * *i + 1 + usize::from(right);
                 }
             }
             sum += idx.iter().enumerate().take(lanes).map(|(j, i)| chunk[j * stride + i].value as f64).sum::<f64>();
