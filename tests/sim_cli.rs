@@ -52,8 +52,9 @@ fn json_summary_has_the_promised_fields() {
     assert_eq!(j["num_requests"], 200);
     assert_eq!(j["completed"], 200);
     assert!(j["tpot_definition"].as_str().unwrap().contains("(E2E - TTFT) / (output tokens - 1)"));
-    // The default tier is target: h200_sxm has its own measurements.
+    // The default tier is target: h200_sxm has its own measurements; experts see uniform routing.
     assert_eq!(j["tier"], "target");
+    assert_eq!(j["moe_routing"], "uniform");
     // The summary says which tier was asked for and which ran.
     let j = sim(&["--num-requests", "20", "--tier", "cross-gen"]).json();
     assert_eq!(j["tier_requested"], "cross-gen");
@@ -214,6 +215,7 @@ fn moe_routing_flag_prices_the_busiest_expert_shard_in_the_simulation() {
     let uniform = prefill_us(&[]);
     assert_eq!(uniform, prefill_us(&["--moe-routing", "uniform"]));
     let skewed = prefill_us(&["--moe-routing", "power_law_1.01"]);
+    assert_eq!(sim(&[&base[..], &["--moe-routing", "power_law_1.01"]].concat()).json()["moe_routing"], "power_law_1.01");
     assert!(skewed > 1.02 * uniform, "power-law {skewed} us vs uniform {uniform} us");
     let err = sim_err(&["--moe-routing", "power_law_11"]);
     assert!(err.contains("power_law_11") && err.contains("alpha in [0, 10]"), "{err}");

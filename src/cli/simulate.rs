@@ -289,6 +289,7 @@ impl Report {
         v["gpu"] = self.scenario.gpu.id.clone().into();
         v["tier"] = self.scenario.predictor.tier().as_str().into();
         v["tier_requested"] = self.scenario.tier.as_str().into();
+        v["moe_routing"] = self.scenario.predictor.served_routing().served_name().into();
         v["setup"] = self.scenario.setup.clone().into();
         v
     }

@@ -179,6 +179,11 @@ impl Predictor {
         self.kernel_model.tier()
     }
 
+    /// How served tokens spread over MoE experts in the kernel times (`--moe-routing`).
+    pub fn served_routing(&self) -> crate::kernels::cost::Routing {
+        self.kernel_model.served_routing()
+    }
+
     pub fn kernel_us(&self, k: &crate::schema::Kernel) -> f64 {
         self.kernel_model.predict_us(k)
     }
