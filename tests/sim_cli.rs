@@ -188,18 +188,19 @@ fn bad_input_gets_clear_errors() {
     assert!(e.contains("line 3"), "{e}");
 }
 
+/// Step time of one fresh `tokens`-token prefill in the scenario `args` sets up.
+fn prefill_step_us(args: &[&str], tokens: u32) -> f64 {
+    sim(args).scenario.predictor.step_time(&[SeqWork { new_tokens: tokens, cached_tokens: 0 }]).total_us
+}
+
 #[test]
 fn kernel_backend_flag_picks_the_library_an_engine_runs() {
     // gpt-oss-120b on H200 TP8: vLLM's profile times the experts with the Triton matmul_ogs
     // kernel; VLLM_MXFP4_USE_MARLIN=1 (InferenceX's recipe) swaps in Marlin, which the H200
     // measures 2.3x slower than Triton at 8192 tokens (1,321 vs 572 us per layer).
     let base = ["--model", "gpt-oss-120b", "--gpu", "h200_sxm", "--tp", "8", "--dtype", "fp4", "--isl", "8192", "--osl", "2", "--rate", "0.01", "--num-requests", "2"];
-    let prefill_us = |extra: &[&str]| {
-        let r = sim(&[&base[..], extra].concat());
-        r.scenario.predictor.step_time(&[SeqWork { new_tokens: 8192, cached_tokens: 0 }]).total_us
-    };
-    let triton = prefill_us(&[]);
-    let marlin = prefill_us(&["--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]);
+    let triton = prefill_step_us(&base, 8192);
+    let marlin = prefill_step_us(&[&base[..], &["--kernel-backend", "moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin"]].concat(), 8192);
     assert!(marlin > 1.05 * triton, "Marlin {marlin} us vs Triton {triton} us");
 }
 
@@ -208,14 +209,11 @@ fn moe_routing_flag_prices_the_busiest_expert_shard_in_the_simulation() {
     // Qwen3-30B-A3B over 8 GPUs with expert parallelism: skewed routing puts more than an
     // eighth of a prefill's assignments on the busiest GPU, whose experts the step waits for.
     let base = ["--model", "qwen3-30b-a3b", "--gpu", "h200_sxm", "--tp", "8", "--ep", "8", "--isl", "4096", "--osl", "2", "--rate", "0.01", "--num-requests", "2"];
-    let prefill_us = |extra: &[&str]| {
-        let r = sim(&[&base[..], extra].concat());
-        r.scenario.predictor.step_time(&[SeqWork { new_tokens: 4096, cached_tokens: 0 }]).total_us
-    };
-    let uniform = prefill_us(&[]);
-    assert_eq!(uniform, prefill_us(&["--moe-routing", "uniform"]));
-    let skewed = prefill_us(&["--moe-routing", "power_law_1.01"]);
-    assert_eq!(sim(&[&base[..], &["--moe-routing", "power_law_1.01"]].concat()).json()["moe_routing"], "power_law_1.01");
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { [&base[..], extra].concat() };
+    let uniform = prefill_step_us(&base, 4096);
+    assert_eq!(uniform, prefill_step_us(&with(&["--moe-routing", "uniform"]), 4096));
+    let skewed = prefill_step_us(&with(&["--moe-routing", "power_law_1.01"]), 4096);
+    assert_eq!(sim(&with(&["--moe-routing", "power_law_1.01"])).json()["moe_routing"], "power_law_1.01");
     assert!(skewed > 1.02 * uniform, "power-law {skewed} us vs uniform {uniform} us");
     let err = sim_err(&["--moe-routing", "power_law_11"]);
     assert!(err.contains("power_law_11") && err.contains("alpha in [0, 10]"), "{err}");

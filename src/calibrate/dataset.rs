@@ -3,7 +3,7 @@
 //! collapsed to their median.
 
 use crate::hardware::GpuSpec;
-use crate::kernels::cost::Routing;
+use crate::kernels::cost::{alpha_centi_after, Routing};
 use crate::schema::{read_rows_from, Kernel, KernelRow, Op};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -144,8 +144,7 @@ pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str
         Some("balanced") => Ok(Routing::Balanced),
         Some("uniform") => Ok(Routing::Uniform),
         Some(c) => {
-            let alpha = |prefix: &str| c.strip_prefix(prefix).and_then(|a| a.parse::<f64>().ok()).filter(|a| (0.0..=10.0).contains(a)).map(|a| (a * 100.0).round() as u16);
-            match (alpha("power_law_loads_"), alpha("power_law_")) {
+            match (alpha_centi_after(c, "power_law_loads_"), alpha_centi_after(c, "power_law_")) {
                 (Some(alpha_centi), _) => Ok(Routing::PowerLawLoads { alpha_centi }),
                 (None, Some(alpha_centi)) => Ok(Routing::PowerLaw { alpha_centi }),
                 _ => bail!("column 'routing': '{c}' is not a known routing (allowed: balanced, uniform, power_law_<alpha>, power_law_loads_<alpha> with alpha in [0, 10])"),
@@ -161,11 +160,7 @@ pub fn row_routing(k: &Kernel, column: Option<&str>, backend: &str, source: &str
 
 /// Alpha (hundredths) of an aiconfigurator backend's `power_law_<alpha>` segment.
 fn aiconfigurator_power_law(backend: &str) -> Option<u16> {
-    backend
-        .split('/')
-        .find_map(|seg| seg.strip_prefix("power_law_")?.parse::<f64>().ok())
-        .filter(|a| (0.0..=10.0).contains(a))
-        .map(|a| (a * 100.0).round() as u16)
+    backend.split('/').find_map(|seg| alpha_centi_after(seg, "power_law_"))
 }
 
 /// Reads every measurement file under `dirs` (missing directories are skipped, with a note).
@@ -291,8 +286,11 @@ mod tests {
         let read = |csv: String| rows_to_measurements(read_rows_from(csv.as_bytes(), "m.csv").unwrap(), "m.csv", &specs);
         // The collector's column wins; aiconfigurator's convention is balanced unless the
         // backend names a power-law variant; anything else routes uniformly.
-        let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n{row},kernelsight,lib,\n")).unwrap();
-        assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::PowerLaw { alpha_centi: 120 }, Routing::Uniform]);
+        let m = read(format!("{head},routing\n{row},kernelsight,lib,balanced\n{row},kernelsight,lib,power_law_1.2\n{row},kernelsight,lib,\n{row},kernelsight,lib,power_law_loads_1.2\n")).unwrap();
+        assert_eq!(
+            m.iter().map(|m| m.routing).collect::<Vec<_>>(),
+            [Routing::Balanced, Routing::PowerLaw { alpha_centi: 120 }, Routing::Uniform, Routing::PowerLawLoads { alpha_centi: 120 }]
+        );
         let m = read(format!("{head}\n{row},aiconfigurator,vllm-0.24.0\n{row},aiconfigurator,vllm-0.24.0/power_law_1.01\n")).unwrap();
         assert_eq!(m.iter().map(|m| m.routing).collect::<Vec<_>>(), [Routing::Balanced, Routing::PowerLawLoads { alpha_centi: 101 }]);
         let err = read(format!("{head},routing\n{row},kernelsight,lib,zipf\n")).unwrap_err();
