@@ -46,8 +46,24 @@ pub struct MoeSpec {
     pub expert_bias: bool,
     /// A sigmoid gate on the shared expert (Qwen-MoE style), one hidden-sized vector.
     pub shared_expert_gate: bool,
-    /// Per-expert score-correction bias on the router (DeepSeek-V3 `noaux_tc` routing).
+    /// Per-expert score-correction bias on the router (DeepSeek-V3 `noaux_tc` routing,
+    /// MiniMax-M2 `use_routing_bias`).
     pub router_score_bias: bool,
+    /// The router GEMM runs in fp32 on fp32 weights (vLLM's MiniMax-M2 gate).
+    pub router_fp32: bool,
+}
+
+/// RMSNorm on queries and keys before RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QkNorm {
+    None,
+    /// Over each head's vector, one weight of `head_dim` each for q and k (Qwen3, Gemma-3).
+    PerHead,
+    /// Over a token's whole query (and whole key) width, weights that wide (MiniMax-M2's
+    /// `qk_norm_type = per_layer`): under tensor parallelism each rank holds a slice, so the
+    /// sums of squares are all-reduced first (vLLM's `MiniMaxText01RMSNormTP`).
+    WholeWidth,
 }
 
 /// Gated DeltaNet linear attention (Qwen3-Next).
@@ -109,8 +125,7 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     /// Per-head learned attention sinks (gpt-oss).
     pub attention_sinks: bool,
-    /// Per-head RMSNorm on q and k (Qwen3, Gemma-3).
-    pub qk_norm: bool,
+    pub qk_norm: QkNorm,
     /// Sigmoid output gate doubling the q projection (Qwen3-Next full-attention layers).
     pub attn_output_gate: bool,
     /// RMSNorms per decoder layer: 2 (pre-attention, pre-MLP), 4 in Gemma-2/3 (also post-).
@@ -258,7 +273,9 @@ impl ModelConfig {
                 shared_inter,
                 expert_bias: model_type == "gpt_oss",
                 shared_expert_gate: f.has("shared_expert_intermediate_size"),
-                router_score_bias: cfg.get("topk_method").and_then(|v| v.as_str()) == Some("noaux_tc"),
+                router_score_bias: cfg.get("topk_method").and_then(|v| v.as_str()) == Some("noaux_tc")
+                    || f.bool("use_routing_bias")?.unwrap_or(false),
+                router_fp32: model_type == "minimax_m2",
             })
         } else {
             None
@@ -304,7 +321,11 @@ impl ModelConfig {
             o_bias: model_type == "gpt_oss",
             mlp_bias: f.bool("mlp_bias")?.unwrap_or(false),
             attention_sinks: model_type == "gpt_oss",
-            qk_norm: matches!(model_type.as_str(), "qwen3" | "qwen3_moe" | "qwen3_next" | "gemma3_text" | "gemma3"),
+            qk_norm: match model_type.as_str() {
+                "qwen3" | "qwen3_moe" | "qwen3_next" | "gemma3_text" | "gemma3" => QkNorm::PerHead,
+                "minimax_m2" if f.bool("use_qk_norm")?.unwrap_or(false) => QkNorm::WholeWidth,
+                _ => QkNorm::None,
+            },
             attn_output_gate: f.bool("attn_output_gate")?.unwrap_or(model_type == "qwen3_next"),
             norms_per_layer: if gemma { 4 } else { 2 },
             layers,
@@ -383,9 +404,11 @@ impl ModelConfig {
         if self.o_bias {
             p += h;
         }
-        if self.qk_norm {
-            p += 2 * self.head_dim;
-        }
+        p += match self.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead => 2 * self.head_dim,
+            QkNorm::WholeWidth => (self.num_heads + self.num_kv_heads) * self.head_dim,
+        };
         if self.attention_sinks {
             p += self.num_heads;
         }
@@ -637,8 +660,15 @@ fn unmodelled_features(f: &Fields) -> Vec<String> {
     if let Some(p) = f.cfg.get("partial_rotary_factor").and_then(|p| p.as_f64()).filter(|&p| p < 1.0) {
         v.push(format!("partial_rotary_factor {p}: RoPE cost counted over the full head"));
     }
+    let head_dim = f.cfg.get("head_dim").and_then(|d| d.as_u64()).unwrap_or(0);
+    if let Some(r) = f.cfg.get("rotary_dim").and_then(|r| r.as_u64()).filter(|&r| r < head_dim) {
+        v.push(format!("rotary_dim {r} of head_dim {head_dim}: RoPE cost counted over the full head"));
+    }
     if let Some(n) = f.cfg.get("num_nextn_predict_layers").and_then(|n| n.as_u64()).filter(|&n| n > 0) {
         v.push(format!("num_nextn_predict_layers {n}: MTP layers excluded from counts"));
+    }
+    if let Some(n) = f.cfg.get("num_mtp_modules").and_then(|n| n.as_u64()).filter(|&n| n > 0) {
+        v.push(format!("num_mtp_modules {n}: MTP layers excluded from counts"));
     }
     if f.root.get("vision_config").is_some() {
         v.push("vision_config: vision tower and projector excluded from counts".into());

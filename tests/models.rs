@@ -46,6 +46,8 @@ const PUBLISHED_TOTALS: &[(&str, f64, &str)] = &[
     // 417M vision encoder + 1,416M embedding + 25,600M non-embedding; we compare the text part
     // (1,416M + 25,600M = 27.016B), the vision tower is not modelled.
     ("gemma-3-27b-it", 27.016e9, "Gemma 3 technical report, Table 1: 1,416M embedding + 25,600M non-embedding"),
+    // M2.5 shares M2's architecture; the card's figure is rounded (MTP modules excluded).
+    ("minimax-m2.5", 230e9, "MiniMax-M2 model card: 230B total parameters, 10B active"),
     ("qwen3-next-80b-a3b-instruct", 80e9, "Qwen3-Next-80B-A3B-Instruct model card: 80B in total (MTP excluded)"),
 ];
 

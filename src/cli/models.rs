@@ -1,5 +1,5 @@
 //! `kernelsight models`: list the built-in model zoo, or describe one model.
-use crate::model::{builtin_model_names, AttnKind, ModelConfig};
+use crate::model::{builtin_model_names, AttnKind, ModelConfig, QkNorm};
 use crate::schema::Dtype;
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -213,7 +213,8 @@ pub fn show_text(m: &ModelConfig) -> String {
             for (on, what) in [
                 (m.attention_bias, "qkv bias"),
                 (m.o_bias, "o bias"),
-                (m.qk_norm, "q/k norm"),
+                (m.qk_norm == QkNorm::PerHead, "q/k norm"),
+                (m.qk_norm == QkNorm::WholeWidth, "q/k norm over all heads"),
                 (m.attention_sinks, "sinks"),
                 (m.attn_output_gate, "output gate"),
             ] {
@@ -247,7 +248,12 @@ pub fn show_text(m: &ModelConfig) -> String {
                 e.topk,
                 e.expert_inter,
                 e.shared_inter,
-                if e.expert_bias { ", expert biases" } else { "" },
+                format!(
+                    "{}{}{}",
+                    if e.expert_bias { ", expert biases" } else { "" },
+                    if e.router_score_bias { ", router score bias" } else { "" },
+                    if e.router_fp32 { ", fp32 router" } else { "" }
+                ),
                 m.dense_inter
             ),
         ),

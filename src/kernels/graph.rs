@@ -7,7 +7,7 @@
 //! whole pipeline.
 
 use crate::deployment::Deployment;
-use crate::model::{AttnKind, ModelConfig};
+use crate::model::{AttnKind, ModelConfig, QkNorm};
 use crate::perf::graphs::CudaGraphs;
 use crate::perf::SeqWork;
 use crate::schema::{Dtype, Kernel, Op};
@@ -88,10 +88,22 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
                 let gate = if model.attn_output_gate { 2 } else { 1 };
                 let n = (gate * hq + 2 * hkv) * model.head_dim;
                 push(&mut out, format!("{tag}.qkv_proj"), Kernel::gemm(w, t, n, h), count);
-                if model.qk_norm {
-                    // RMSNorm over each query and key head's vector (Qwen3, Gemma-3).
-                    let k = Kernel { num_tokens: t * (hq + hkv), hidden: model.head_dim, ..Kernel::new(Op::Rmsnorm, a) };
-                    push(&mut out, format!("{tag}.qk_norm"), k, count);
+                match model.qk_norm {
+                    QkNorm::None => {}
+                    QkNorm::PerHead => {
+                        let k = Kernel { num_tokens: t * (hq + hkv), hidden: model.head_dim, ..Kernel::new(Op::Rmsnorm, a) };
+                        push(&mut out, format!("{tag}.qk_norm"), k, count);
+                    }
+                    QkNorm::WholeWidth => {
+                        // A token's slice of q and k on this rank, normalized together; the two
+                        // fp32 sums of squares per token are summed over the TP group first.
+                        let k = Kernel { num_tokens: t, hidden: (hq + hkv) * model.head_dim, ..Kernel::new(Op::Rmsnorm, a) };
+                        push(&mut out, format!("{tag}.qk_norm"), k, count);
+                        if tp > 1 {
+                            let ar = Kernel { bytes: t * 2 * 4, num_gpus: tp, ..Kernel::new(Op::AllReduce, Dtype::Fp32) };
+                            push(&mut out, format!("{tag}.qk_norm_all_reduce"), ar, count);
+                        }
+                    }
                 }
                 push(&mut out, format!("{tag}.rope"), Kernel { num_tokens: t, num_heads: hq, num_kv_heads: hkv, head_dim: model.head_dim, ..Kernel::new(Op::Rope, a) }, count);
                 push(&mut out, format!("{tag}.o_proj"), Kernel::gemm(w, t, h, hq * model.head_dim), count);
@@ -106,7 +118,8 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
         push(&mut out, format!("{tag}.extra_norms"), ew(Op::Rmsnorm, h), count * model.norms_per_layer.saturating_sub(2));
         if moe {
             let m = model.moe.as_ref().expect("moe layer without spec");
-            let router = Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, topk: m.topk, ..Kernel::new(Op::MoeRouter, a) };
+            let router_dtype = if m.router_fp32 { Dtype::Fp32 } else { a };
+            let router = Kernel { num_tokens: t, hidden: h, num_experts: m.num_experts, topk: m.topk, ..Kernel::new(Op::MoeRouter, router_dtype) };
             push(&mut out, format!("{tag}.router"), router, count);
             let experts = Kernel {
                 num_tokens: t,
@@ -156,7 +169,8 @@ pub fn token_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, num
 
 /// The graph with its fused kernels as the separate modules of transformers' Llama-family
 /// layers: `qkv_proj` as q, k and v, `gate_up_proj` (and a shared expert's) as gate and up, the
-/// per-head `qk_norm` as q_norm and k_norm. Same FLOPs and bytes; more, narrower launches.
+/// `qk_norm` as q_norm and k_norm. Same FLOPs and bytes; more, narrower launches. transformers
+/// runs every router in the weights' dtype (vLLM's fp32 MiniMax gate is vLLM's).
 pub fn split_modules(kernels: Vec<KernelInstance>, model: &ModelConfig, dep: &Deployment) -> Vec<KernelInstance> {
     let (hq, hkv) = heads_per_gpu(model, dep.tp);
     let d = model.head_dim;
@@ -174,6 +188,13 @@ pub fn split_modules(kernels: Vec<KernelInstance>, model: &ModelConfig, dep: &De
                 let (gate, up) = if name == "shared_gate_up" { ("shared_gate", "shared_up") } else { ("gate_proj", "up_proj") };
                 let half = Kernel { n: ki.kernel.n / 2, ..ki.kernel.clone() };
                 vec![(gate, half.clone()), (up, half)]
+            }
+            "router" if ki.kernel.dtype == Dtype::Fp32 => {
+                out.push(KernelInstance { kernel: Kernel { dtype: dep.act_dtype_for_elementwise(), ..ki.kernel }, ..ki });
+                continue;
+            }
+            "qk_norm" if model.qk_norm == QkNorm::WholeWidth => {
+                [("q_norm", hq), ("k_norm", hkv)].map(|(p, h)| (p, Kernel { hidden: h * d, ..ki.kernel.clone() })).to_vec()
             }
             "qk_norm" => {
                 let per_head = t / (hq + hkv);
@@ -436,6 +457,32 @@ mod tests {
         let q = split.iter().find(|k| k.name.ends_with(".q_norm")).unwrap();
         let k = split.iter().find(|k| k.name.ends_with(".k_norm")).unwrap();
         assert_eq!((q.kernel.num_tokens, k.kernel.num_tokens), (64 * m.num_heads, 64 * m.num_kv_heads));
+    }
+
+    #[test]
+    fn whole_width_qk_norm_all_reduces_its_sums_of_squares_under_tp() {
+        let m = ModelConfig::load("minimax-m2.5").unwrap();
+        let find = |ks: &[KernelInstance], suffix: &str| ks.iter().find(|k| k.name.ends_with(suffix)).cloned();
+        let tp4 = Deployment { tp: 4, ep: 4, ..Deployment::default() };
+        let ks = token_kernels(&m, &tp4, 64, 8);
+        // 48 / 4 query heads and 8 / 4 key heads of 128 on each rank, normalized per token.
+        let norm = find(&ks, ".qk_norm").unwrap();
+        assert_eq!((norm.kernel.num_tokens, norm.kernel.hidden, norm.count), (64, (12 + 2) * 128, 62));
+        // Two fp32 sums of squares per token cross the TP group once per layer.
+        let ar = find(&ks, ".qk_norm_all_reduce").unwrap();
+        assert_eq!((ar.kernel.bytes, ar.kernel.num_gpus, ar.kernel.dtype, ar.count), (64 * 2 * 4, 4, Dtype::Fp32, 62));
+        // The gate is an fp32 GEMM.
+        assert_eq!(find(&ks, ".router").unwrap().kernel.dtype, Dtype::Fp32);
+        // One GPU holds the whole width: nothing to reduce.
+        let tp1 = token_kernels(&m, &Deployment::default(), 64, 8);
+        assert_eq!(find(&tp1, ".qk_norm").unwrap().kernel.hidden, (48 + 8) * 128);
+        assert!(find(&tp1, ".qk_norm_all_reduce").is_none());
+        // As transformers' modules: a query norm and a key norm over the same tokens, and the
+        // gate in the weights' dtype.
+        let split = split_modules(ks, &m, &tp4);
+        let (q, k) = (find(&split, ".q_norm").unwrap(), find(&split, ".k_norm").unwrap());
+        assert_eq!((q.kernel.num_tokens, q.kernel.hidden, k.kernel.hidden), (64, 12 * 128, 2 * 128));
+        assert_eq!(find(&split, ".router").unwrap().kernel.dtype, Dtype::Bf16);
     }
 
     #[test]

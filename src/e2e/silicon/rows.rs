@@ -213,8 +213,13 @@ pub const INFERENCEMAX_CLIENT_TURNAROUND_MS: f64 = 1.0;
 /// a closed loop of CONC clients); the gpt-oss one `VLLM_MXFP4_USE_MARLIN=1`: vLLM's Marlin MXFP4 experts instead of
 /// the Triton `matmul_ogs` ones its profile names (measured at gpt-oss's shapes on the H200 by
 /// `microbench/vllm_marlin_moe.py`, L40S by aiconfigurator; predicted for the H100 from those).
+/// `single_node/minimaxm2.5_fp8_h100.sh` sets none of these (prefix caching on and 8192 batched
+/// tokens are vLLM's defaults, as in the profile) but runs vLLM 0.18, where async scheduling is
+/// on by default (vLLM PR #27614, the last item of its async-scheduling plan, early 2026); its
+/// `cudagraph_mode: PIECEWISE` (attention outside the graphs) is not modelled.
 pub fn inferencemax_server_flags(model: &str, gpu: &str, engine: &str) -> &'static [&'static str] {
     match (model, gpu, engine) {
+        ("minimax-m2.5", "h100_sxm", "vllm") => &["--async-scheduling", "true"],
         ("llama-3.1-70b", "h100_sxm", "vllm") => {
             &["--kv-dtype", "fp8", "--prefix-caching", "false", "--max-num-batched-tokens", "8192", "--async-scheduling", "true"]
         }
@@ -360,7 +365,8 @@ mod tests {
         assert_eq!(model_name("meta-llama/Llama-3.1-8B-Instruct").as_deref(), Some("llama-3.1-8b"));
         assert_eq!(model_name("Qwen/Qwen3-235B-A22B-FP8").as_deref(), Some("qwen3-235b-a22b"));
         assert_eq!(model_name("openai/gpt-oss-120b").as_deref(), Some("gpt-oss-120b"));
-        assert_eq!(model_name("MiniMaxAI/MiniMax-M2.5"), None);
+        assert_eq!(model_name("MiniMaxAI/MiniMax-M2.5").as_deref(), Some("minimax-m2.5"));
+        assert_eq!(model_name("deepseek-ai/DeepSeek-R1"), None);
     }
 
     #[test]
