@@ -51,8 +51,9 @@ pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
 /// How a MoE kernel's tokens spread over its experts, which sets the expert weights it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Routing {
-    /// Each assignment picks an expert uniformly at random: the expected distinct count. What
-    /// the simulator assumes for served traffic (and what a random-weight router does).
+    /// Each token picks its k experts uniformly at random: the expected distinct count. What
+    /// the simulator assumes for served traffic (and what a random-weight router does). Under
+    /// expert parallelism, the busiest of the `ep` shards: every layer's combine waits for it.
     #[default]
     Uniform,
     /// Assignments spread over as many experts as exist (min(E, T*k)): the `balanced` rows of
@@ -77,6 +78,7 @@ impl Routing {
         let local = global / ep;
         let assignments = tokens * topk / ep;
         match self {
+            Routing::Uniform if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).active,
             Routing::Uniform => expected_active_experts(local, assignments.min(tokens * local)),
             Routing::Balanced => local.min(assignments.ceil()).max(0.0),
             Routing::PowerLaw { alpha_centi } => {
@@ -113,10 +115,11 @@ impl Routing {
     }
 
     /// Token-expert assignments one GPU's shard computes, in expectation: its 1/ep share,
-    /// except under `PowerLawLoads`, where the busiest shard's.
+    /// except under `PowerLawLoads` and `Uniform`, where the busiest shard's.
     pub fn local_assignments(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {
         match self {
             Routing::PowerLawLoads { alpha_centi } => power_law_loads(tokens, topk, global, ep, alpha_centi).assignments,
+            Routing::Uniform if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).assignments,
             _ => tokens * topk / ep,
         }
     }
@@ -208,6 +211,62 @@ fn power_law_loads(tokens: f64, topk: f64, global: f64, ep: f64, alpha_centi: u1
     let load = ShardLoad { assignments: sum_assign / n, active: sum_active / n };
     CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(key, load);
     load
+}
+
+/// The busiest of `ep` shards of `global` experts under uniform routing, in expectation. A
+/// token's k distinct picks put a hypergeometric count on each shard, so a shard's count is
+/// near normal with mean T*k/ep; the ep counts sum to T*k, and the largest of ep such
+/// exchangeable deviations exceeds the mean by the largest of ep independent standard normals
+/// times sigma / sqrt(1 - 1/ep). Its distinct experts as for any shard with that many picks.
+fn uniform_busiest_shard(tokens: f64, topk: f64, global: f64, ep: f64) -> ShardLoad {
+    let (t, k, e) = (tokens.max(0.0), topk.min(global).max(1.0), global.max(1.0));
+    let local = e / ep;
+    let share = local / e;
+    let mean = t * k * share;
+    let var_per_token = if e > 1.0 { k * share * (1.0 - share) * (e - k) / (e - 1.0) } else { 0.0 };
+    let excess = (t * var_per_token).sqrt() * expected_max_of_std_normals(ep.round() as usize) / (1.0 - 1.0 / ep).sqrt();
+    // A token puts at most min(k, local) picks on one shard.
+    let assignments = (mean + excess).min(t * k.min(local));
+    ShardLoad { assignments, active: expected_active_experts(local, assignments.min(t * local)) }
+}
+
+/// E[max of n independent standard normals] (0 for n <= 1; 1/sqrt(pi) for 2), by quadrature of
+/// x n phi(x) Phi(x)^(n-1), tabulated once for n up to 1024.
+fn expected_max_of_std_normals(n: usize) -> f64 {
+    use std::sync::OnceLock;
+    const N_MAX: usize = 1024;
+    static TABLE: OnceLock<Vec<f64>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let (lo, hi, steps) = (-10.0f64, 10.0f64, 4000usize);
+        let h = (hi - lo) / steps as f64;
+        let grid: Vec<(f64, f64, f64)> = (0..=steps)
+            .map(|i| {
+                let x = lo + i as f64 * h;
+                let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                (x, pdf, 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2)))
+            })
+            .collect();
+        (0..=N_MAX)
+            .map(|n| {
+                if n <= 1 {
+                    return 0.0;
+                }
+                // Trapezoid rule; the integrand vanishes at both ends.
+                grid.iter().map(|&(x, pdf, cdf)| x * n as f64 * pdf * cdf.powi(n as i32 - 1)).sum::<f64>() * h
+            })
+            .collect()
+    });
+    match table.get(n) {
+        Some(&c) => c,
+        None => (2.0 * (n as f64).ln()).sqrt(),
+    }
+}
+
+/// The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7).
+fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.3275911 * x.abs());
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
 }
 
 /// Inverse CDF of a power law of exponent `alpha` bounded to [lo, hi] at quantile `u`.
@@ -461,6 +520,42 @@ mod tests {
         let fl: f64 = p.iter().map(|(g, n)| flops(g) * *n as f64).sum();
         assert_eq!(fl, 2.0 * 1024.0 * per_token);
         assert!(p.iter().all(|(g, _)| g.dtype == Dtype::Fp8));
+    }
+
+    #[test]
+    fn uniform_routing_under_ep_prices_the_busiest_shard() {
+        use rand::{seq::index::sample, SeedableRng};
+        assert_eq!(expected_max_of_std_normals(1), 0.0);
+        assert!((expected_max_of_std_normals(2) - 1.0 / std::f64::consts::PI.sqrt()).abs() < 1e-6);
+        assert!((expected_max_of_std_normals(4) - 1.029375).abs() < 1e-5);
+        // Monte Carlo: each token takes k distinct experts uniformly; the busiest shard by
+        // assignments, and its distinct experts, averaged over draws.
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for (tokens, topk, experts, ep) in [(1usize, 8usize, 256usize, 4usize), (4, 8, 256, 4), (16, 8, 256, 4), (64, 8, 256, 8), (512, 8, 256, 4), (32, 4, 128, 2)] {
+            let local = experts / ep;
+            let draws = 4000;
+            let (mut sum_assign, mut sum_active) = (0.0, 0.0);
+            for _ in 0..draws {
+                let mut counts = vec![0usize; experts];
+                for _ in 0..tokens {
+                    sample(&mut rng, experts, topk).iter().for_each(|x| counts[x] += 1);
+                }
+                let busiest = (0..ep).max_by_key(|s| counts[s * local..(s + 1) * local].iter().sum::<usize>()).unwrap();
+                let shard = &counts[busiest * local..(busiest + 1) * local];
+                sum_assign += shard.iter().sum::<usize>() as f64;
+                sum_active += shard.iter().filter(|c| **c > 0).count() as f64;
+            }
+            let (t, k, e, p) = (tokens as f64, topk as f64, experts as f64, ep as f64);
+            let (mc_assign, mc_active) = (sum_assign / draws as f64, sum_active / draws as f64);
+            let assign = Routing::Uniform.local_assignments(t, k, e, p);
+            let active = Routing::Uniform.local_active_experts(t, k, e, p);
+            assert!((assign / mc_assign - 1.0).abs() < 0.06, "T={tokens} ep={ep}: {assign} vs {mc_assign}");
+            assert!((active / mc_active - 1.0).abs() < 0.06, "T={tokens} ep={ep}: {active} vs {mc_active}");
+            // Above the mean shard wherever the shards can differ.
+            assert!(assign > t * k / p);
+        }
+        // One shard holds everything: the plain expectation.
+        assert_eq!(Routing::Uniform.local_assignments(16.0, 8.0, 256.0, 1.0), 128.0);
     }
 
     #[test]
