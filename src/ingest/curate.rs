@@ -5,7 +5,8 @@
 //! vLLM version measured there), so that efficiencies compare kernels of one generation:
 //! - gemm: bf16, fp8 (per-tensor) and fp4 (Blackwell); fp8_block and TensorRT-LLM dropped;
 //! - attn_prefill / attn_decode: every row of that stack (bf16 and fp8 KV, all windows);
-//! - moe: bf16 and fp8 (per-tensor), balanced and power-law routing; MXFP4 weight-only
+//! - moe: bf16, fp8 (per-tensor) and block-FP8 (`/fp8_block`, 128 x 128 weight scales: the
+//!   published FP8 MoE checkpoints), balanced and power-law routing; MXFP4 weight-only
 //!   (`/w4a16_mxfp4`, gpt-oss's kernels) on the GPUs without fp4 tensor cores;
 //! - collectives: every NCCL and custom all-reduce row (all stacks; they are small);
 //! - mla_prefill / mla_decode: every row (kernel tables and `/module_*` tables).
@@ -50,7 +51,9 @@ pub fn keep(row: &KernelRow) -> bool {
         Op::AttnPrefill | Op::AttnDecode => backend == stack,
         Op::Moe => {
             let variant = |v: &str| backend.strip_prefix(stack).and_then(|s| s.strip_prefix(v)).is_some_and(|s| s.is_empty() || s.starts_with("/power_law_"));
-            (variant("") && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp8)) || (variant("/w4a16_mxfp4") && k.dtype == Dtype::Fp4)
+            (variant("") && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp8))
+                || (variant("/fp8_block") && k.dtype == Dtype::Fp8)
+                || (variant("/w4a16_mxfp4") && k.dtype == Dtype::Fp4)
         }
         Op::MlaPrefill | Op::MlaDecode => true,
         op => op.is_collective(),
@@ -75,9 +78,12 @@ mod tests {
         assert!(keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/power_law_1.2")));
         assert!(keep(&moe(Dtype::Fp4, "h100_sxm", "vllm-0.24.0/w4a16_mxfp4")));
         assert!(keep(&moe(Dtype::Fp4, "h200_sxm", "vllm-0.24.0/w4a16_mxfp4/power_law_1.01")));
-        // Block-FP8, other stacks, fp4 that is not the weight-only variant, and a bf16 row
-        // labelled weight-only stay out.
-        assert!(!keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/fp8_block")));
+        assert!(keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/fp8_block")));
+        assert!(keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.24.0/fp8_block/power_law_1.01")));
+        // Other stacks, a bf16 row labelled block-FP8, fp4 that is not the weight-only variant,
+        // and a bf16 row labelled weight-only stay out.
+        assert!(!keep(&moe(Dtype::Fp8, "h100_sxm", "vllm-0.14.0/fp8_block")));
+        assert!(!keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.24.0/fp8_block")));
         assert!(!keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.14.0")));
         assert!(!keep(&moe(Dtype::Fp4, "h100_sxm", "vllm-0.24.0")));
         assert!(!keep(&moe(Dtype::Bf16, "h100_sxm", "vllm-0.24.0/w4a16_mxfp4")));

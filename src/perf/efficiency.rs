@@ -373,12 +373,19 @@ pub fn paired_sibling_time_us(
     sib: &crate::calibrate::model::OpModel, own: &crate::calibrate::model::OpModel, k: &Kernel, gpu: &GpuSpec, sibling: &GpuSpec, category: &str, routing: Routing,
 ) -> Option<f64> {
     let fam = kernel_family(category)?;
+    // Block-scaled FP8 runs another GEMM mainloop than per-tensor FP8 under the same name (and
+    // is fitted on a path of its own): it pairs only with block-scaled libraries.
+    let block = |c: &str| c.contains("/fp8_block/");
+    let candidates = |m: &'_ crate::calibrate::model::OpModel| -> Vec<String> {
+        m.backends.iter().chain(m.by_path.values().flat_map(|p| p.backends.iter())).cloned().collect()
+    };
+    let sib_known = candidates(sib);
     // Balanced-routing libraries first (a power-law variant times the same kernel under skew).
-    let other = own
-        .backends
-        .iter()
-        .filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && sib.backends.contains(c))
-        .min_by_key(|c| (c.contains("power_law"), c.as_str()))?;
+    let other = candidates(own)
+        .into_iter()
+        .filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && block(c) == block(category) && sib_known.contains(c))
+        .min_by_key(|c| (c.contains("power_law"), c.clone()))?;
+    let other = other.as_str();
     let ratio = own.predict_routed_us(k, gpu, Some(other), routing) / sib.predict_routed_us(k, sibling, Some(other), routing);
     // Same die: slower memory never makes the kernel faster, faster memory never slower.
     let ratio = if gpu.hbm_bytes_per_s() <= sibling.hbm_bytes_per_s() { ratio.max(1.0) } else { ratio.min(1.0) };
