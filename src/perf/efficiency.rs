@@ -434,21 +434,23 @@ fn precision_of(d: Dtype) -> Precision {
     }
 }
 
-/// `pick_category` over the categories `m` measured, its own and then its paths' (a library
-/// measured on a path of its own, `OpModel::by_path`, e.g. eager attention with sinks, is known
-/// to that path's model only).
+/// `pick_category` over the categories `m` measured, its own and its paths' together (a library
+/// measured on a path of its own, `OpModel::by_path`, e.g. eager attention with sinks or
+/// block-FP8 experts, is known to that path's model only): the preference order decides, not
+/// which path holds the library.
 fn pick_measured<'a>(m: &'a crate::calibrate::model::OpModel, prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
-    pick_category(&m.backends, prefs, dtype).or_else(|| m.by_path.values().find_map(|sub| pick_category(&sub.backends, prefs, dtype)))
+    let known: Vec<&'a String> = m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())).collect();
+    pick_category(&known, prefs, dtype)
 }
 
 /// The category of `known` for a kernel of `dtype` under preference list `prefs`, and whether
 /// it was measured in that precision (false: a 16-bit category standing in for a quantized
 /// kernel). Balanced-routing categories only (`power_law` variants skew expert load).
-fn pick_category<'a>(known: &'a [String], prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
+fn pick_category<'a>(known: &[&'a String], prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
     let want = precision_of(dtype);
     let matching: Vec<&'a String> = prefs
         .iter()
-        .flat_map(|p| known.iter().filter(move |c| c.starts_with(p.as_str()) && !c.contains("power_law")))
+        .flat_map(|p| known.iter().copied().filter(move |c| c.starts_with(p.as_str()) && !c.contains("power_law")))
         .collect();
     if let Some(c) = matching.iter().find(|c| category_precision(c) == want) {
         return Some((c.as_str(), true));
@@ -514,11 +516,12 @@ mod tests {
 
     #[test]
     fn category_follows_preference_and_precision() {
-        let known = cats(&[
+        let owned = cats(&[
             "vllm/power_law_1.01/vllm_unquantizedfusedmoe_triton_tritonexperts",
             "vllm/vllm_unquantizedfusedmoe_triton_tritonexperts",
             "vllm/vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts",
         ]);
+        let known: Vec<&String> = owned.iter().collect();
         let triton = cats(&["vllm/vllm_unquantizedfusedmoe_triton"]);
         // bf16: the balanced-routing triton category, measured in that precision.
         assert_eq!(pick_category(&known, &triton, Dtype::Bf16), Some(("vllm/vllm_unquantizedfusedmoe_triton_tritonexperts", true)));
@@ -546,6 +549,25 @@ mod tests {
         let k = Kernel { bytes: 262_144, num_gpus: 4, ..Kernel::new(Op::AllReduce, Dtype::Bf16) };
         let t = km.predict_us(&k);
         assert!(t > 7.1 / 1.5 && t < 7.1 * 1.5, "{t} us");
+    }
+
+    /// vLLM serves FP8 experts with the block-FP8 kernels, which are fitted on a path of their
+    /// own: the profile's preference order picks them in both tiers, not a later-listed
+    /// per-tensor library that happens to sit in the main model (the cross-gen H100 model has
+    /// other GPUs' per-tensor Triton experts there).
+    #[test]
+    fn preference_order_decides_across_measurement_paths() {
+        let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
+        for tier in [Tier::Target, Tier::CrossGen] {
+            let km = KernelModel::load(&h100, tier).unwrap();
+            if km.tier_for(Op::Moe) != tier {
+                return; // no fitted MoE model shipped
+            }
+            let km = km.with_op_backends(&engine.op_backends().unwrap());
+            let lib = km.engine_library(Op::Moe, Dtype::Fp8).unwrap();
+            assert!(lib.starts_with("vllm/fp8_block/vllm_fp8moe_flashinfer_cutlass"), "{tier:?}: {lib}");
+        }
     }
 
     /// InferenceX's gpt-oss recipe runs vLLM's Marlin experts on H100, which measured Marlin
