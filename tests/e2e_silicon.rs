@@ -64,7 +64,7 @@ fn rows_that_cannot_be_simulated_are_listed_with_their_reason() {
         dir.path(),
         &[
             LOW_C,
-            "m,vllm,0.18,MiniMaxAI/MiniMax-M2.5,h100_sxm,agg,128,16,fp8,4,4,1,,4,1,20,5",
+            "m,sglang,0.5,deepseek-ai/DeepSeek-R1,h100_sxm,agg,128,16,fp8,4,8,1,,8,1,20,5",
             "d,trtllm,0.8,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,disagg,128,16,,,,,,,,20,5",
             "p,sglang,0.5,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,agg,128,16,fp8,4,8,1,8,1,8,20,5",
             "q,vllm,0.12,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,int4_awq,4,1,1,,1,1,20,5",
@@ -113,13 +113,17 @@ fn the_printed_simulate_command_reproduces_the_prediction() {
 fn shipped_sample_maps_every_model_and_limit_bounds_the_work() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/public/silicon_h100_sxm_agg.csv");
     let all = rows::load(&path, None).unwrap();
-    assert_eq!(all.len(), 780);
-    // Every row of the curated sample has a model under models/ and an engine profile.
+    assert_eq!(all.len(), 810);
+    // Every row of the curated sample has a model under models/ and an engine profile; the only
+    // rows not simulated are MiniMax-M2.5's 15 whose layout columns say attention DP 4.
+    let mut attention_dp = 0;
     for r in &all {
         if let Err(e) = rows::plan(r) {
-            panic!("line {}: {e}", r.line);
+            assert!(e.contains("attention data parallelism") && r.model_path.contains("MiniMax-M2.5"), "line {}: {e}", r.line);
+            attention_dp += 1;
         }
     }
+    assert_eq!(attention_dp, 15);
     let rep = validate_silicon(&path, &[Tier::Roofline], Some(3)).unwrap();
     assert_eq!(rep.rows_read, 3);
     assert_eq!(rep.rows_simulated + rep.rows_not_simulated, 3);
@@ -132,12 +136,12 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     assert_eq!(Client::from_source("source_file=2026-04-06.csv; config_id=12; measured=2025-10-29T00:00:00Z; wip=False"), Client::InferenceMax);
     assert_eq!(Client::from_source("source_file=data/h100_sxm/vllm/0.12.0/Qwen3-32B.csv; silicon_concurrency=16"), Client::Undocumented);
     assert_eq!(Client::from_source("db-dump/2026-04-27; config_id=494; measured=2026-02-08"), Client::Undocumented);
-    // The shipped copy records it per row: the vLLM InferenceX rows of the two models it has.
+    // The shipped copy records it per row: the vLLM InferenceX rows of the three models it has.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/public/silicon_h100_sxm_agg.csv");
     let all = rows::load(&path, None).unwrap();
     let imax: Vec<_> = all.iter().filter(|r| r.client == Client::InferenceMax).collect();
-    assert_eq!(imax.len(), 45 + 69);
-    assert!(imax.iter().all(|r| r.backend == "vllm" && (r.model_path.contains("Llama-3.1-70B") || r.model_path.contains("gpt-oss-120b"))));
+    assert_eq!(imax.len(), 45 + 69 + 30);
+    assert!(imax.iter().all(|r| r.backend == "vllm" && ["Llama-3.1-70B", "gpt-oss-120b", "MiniMax-M2.5"].iter().any(|m| r.model_path.contains(m))));
     // An InferenceMAX point sends 10 requests per client with lengths in [0.8 L, L].
     let p = rows::plan(imax[0]).unwrap();
     assert_eq!(p.num_requests, 10 * p.concurrency);
@@ -152,6 +156,13 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     let gpt = rows::plan(imax.iter().find(|r| r.model_path.contains("gpt-oss")).unwrap()).unwrap();
     let gpt_flags = gpt.simulate_flags(Tier::Roofline).join(" ");
     assert!(!gpt_flags.contains("--kv-dtype") && gpt_flags.contains("--prefix-caching false"), "{gpt_flags}");
+    // MiniMax-M2.5's recipe keeps vLLM 0.18's defaults (prefix caching on, async scheduling on)
+    // and runs TP4 with expert parallelism.
+    let mm = imax.iter().find(|r| r.model_path.contains("MiniMax-M2.5") && r.attention_dp_size.unwrap_or(1) == 1).unwrap();
+    let mm = rows::plan(mm).unwrap();
+    assert_eq!((mm.model.as_str(), mm.tp, mm.ep, mm.dtype), ("minimax-m2.5", 4, 4, kernelsight::schema::Dtype::Fp8));
+    let mm_flags = mm.simulate_flags(Tier::Roofline).join(" ");
+    assert!(mm_flags.contains("--async-scheduling true") && !mm_flags.contains("--prefix-caching"), "{mm_flags}");
     // An undocumented client keeps the row's fixed lengths.
     let u = rows::plan(all.iter().find(|r| r.client == Client::Undocumented).unwrap()).unwrap();
     assert!(!u.simulate_flags(Tier::Roofline).join(" ").contains("--workload"));
