@@ -51,11 +51,14 @@ pub fn expected_active_experts(e: f64, assignments: f64) -> f64 {
 /// How a MoE kernel's tokens spread over its experts, which sets the expert weights it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Routing {
-    /// Each token picks its k experts uniformly at random: the expected distinct count. What
-    /// the simulator assumes for served traffic (and what a random-weight router does). Under
-    /// expert parallelism, the busiest of the `ep` shards: every layer's combine waits for it.
+    /// Each token picks its k experts uniformly at random: the expected distinct count of one
+    /// GPU's shard (the mean shard under expert parallelism: one kernel's expected work).
     #[default]
     Uniform,
+    /// Served traffic under uniform routing, what the simulator assumes (and what the H200
+    /// traces' random-weight routers do, `microbench/data/h200_sxm/router_stats/`): under
+    /// expert parallelism the busiest of the `ep` shards, which every layer's combine waits for.
+    UniformBusiest,
     /// Assignments spread over as many experts as exist (min(E, T*k)): the `balanced` rows of
     /// aiconfigurator's and kernelsight's collectors. At T*k = E this reads 1/(1-1/e) = 1.58x
     /// the uniform expectation, so an efficiency fitted on such rows must see these bytes.
@@ -78,8 +81,8 @@ impl Routing {
         let local = global / ep;
         let assignments = tokens * topk / ep;
         match self {
-            Routing::Uniform if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).active,
-            Routing::Uniform => expected_active_experts(local, assignments.min(tokens * local)),
+            Routing::UniformBusiest if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).active,
+            Routing::Uniform | Routing::UniformBusiest => expected_active_experts(local, assignments.min(tokens * local)),
             Routing::Balanced => local.min(assignments.ceil()).max(0.0),
             Routing::PowerLaw { alpha_centi } => {
                 // A random ranking makes every expert equally likely to be local: the shard
@@ -97,7 +100,7 @@ impl Routing {
     /// its default being power_law_1.01, the busiest expert-parallel shard setting the step).
     pub fn parse_served(s: &str) -> Result<Routing, String> {
         match s.trim() {
-            "uniform" => Ok(Routing::Uniform),
+            "uniform" => Ok(Routing::UniformBusiest),
             "balanced" => Ok(Routing::Balanced),
             other => alpha_centi_after(other, "power_law_")
                 .map(|alpha_centi| Routing::PowerLawLoads { alpha_centi })
@@ -108,18 +111,18 @@ impl Routing {
     /// How `parse_served` spells it.
     pub fn served_name(self) -> String {
         match self {
-            Routing::Uniform => "uniform".into(),
+            Routing::Uniform | Routing::UniformBusiest => "uniform".into(),
             Routing::Balanced => "balanced".into(),
             Routing::PowerLaw { alpha_centi } | Routing::PowerLawLoads { alpha_centi } => format!("power_law_{}", alpha_centi as f64 / 100.0),
         }
     }
 
     /// Token-expert assignments one GPU's shard computes, in expectation: its 1/ep share,
-    /// except under `PowerLawLoads` and `Uniform`, where the busiest shard's.
+    /// except under `PowerLawLoads` and `UniformBusiest`, where the busiest shard's.
     pub fn local_assignments(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {
         match self {
             Routing::PowerLawLoads { alpha_centi } => power_law_loads(tokens, topk, global, ep, alpha_centi).assignments,
-            Routing::Uniform if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).assignments,
+            Routing::UniformBusiest if ep > 1.0 => uniform_busiest_shard(tokens, topk, global, ep).assignments,
             _ => tokens * topk / ep,
         }
     }
@@ -547,15 +550,19 @@ mod tests {
             }
             let (t, k, e, p) = (tokens as f64, topk as f64, experts as f64, ep as f64);
             let (mc_assign, mc_active) = (sum_assign / draws as f64, sum_active / draws as f64);
-            let assign = Routing::Uniform.local_assignments(t, k, e, p);
-            let active = Routing::Uniform.local_active_experts(t, k, e, p);
+            let assign = Routing::UniformBusiest.local_assignments(t, k, e, p);
+            let active = Routing::UniformBusiest.local_active_experts(t, k, e, p);
             assert!((assign / mc_assign - 1.0).abs() < 0.06, "T={tokens} ep={ep}: {assign} vs {mc_assign}");
             assert!((active / mc_active - 1.0).abs() < 0.06, "T={tokens} ep={ep}: {active} vs {mc_active}");
-            // Above the mean shard wherever the shards can differ.
+            // Above the mean shard wherever the shards can differ; a kernel's own expected work
+            // (`Uniform`) stays the mean shard's.
             assert!(assign > t * k / p);
+            assert_eq!(Routing::Uniform.local_assignments(t, k, e, p), t * k / p);
         }
         // One shard holds everything: the plain expectation.
-        assert_eq!(Routing::Uniform.local_assignments(16.0, 8.0, 256.0, 1.0), 128.0);
+        assert_eq!(Routing::UniformBusiest.local_assignments(16.0, 8.0, 256.0, 1.0), 128.0);
+        assert_eq!(Routing::parse_served("uniform"), Ok(Routing::UniformBusiest));
+        assert_eq!(Routing::UniformBusiest.served_name(), "uniform");
     }
 
     #[test]

@@ -85,7 +85,7 @@ impl KernelModel {
             named: Default::default(),
             store: store.clone(),
             siblings_loaded: false,
-            served_routing: Routing::Uniform,
+            served_routing: Routing::UniformBusiest,
         };
         if tier == Tier::Roofline {
             return Ok(model);
@@ -494,7 +494,7 @@ impl KernelTimeModel for KernelModel {
         if !borrowed.is_empty() {
             parts.push(format!("named libraries {} never measured: {}", self.gpu.id, borrowed.join(", ")));
         }
-        if self.served_routing != Routing::Uniform {
+        if self.served_routing != Routing::UniformBusiest {
             parts.push(format!("MoE experts priced for {} routing", self.served_routing.served_name()));
         }
         format!(

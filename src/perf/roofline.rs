@@ -66,7 +66,7 @@ impl RooflineModel {
 
 impl KernelTimeModel for RooflineModel {
     fn predict_us(&self, k: &Kernel) -> f64 {
-        self.predict_routed_us(k, Routing::Uniform)
+        self.predict_routed_us(k, Routing::UniformBusiest)
     }
 
     fn tier(&self) -> Tier {
