@@ -122,6 +122,26 @@ fn a_token_before_arrival_is_rejected_with_its_line() {
 }
 
 #[test]
+fn a_partial_run_drops_the_step_it_failed_in_but_a_finished_run_is_rejected() {
+    // gpt-oss-120b-L4's ShareGPT run ran out of memory in its 134th step: the harness marks the
+    // run partial and leaves that step without an end time.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_gptoss120_blind15/gpt-oss-120b-L4");
+    let runs = kernelsight::e2e::traces::load_runs(&dir.join("runs.jsonl")).unwrap();
+    let partial = runs.iter().find(|r| r.status == "partial").unwrap();
+    assert_eq!(partial.steps.len(), 133);
+    assert!(partial.steps.iter().all(|s| s.end_s >= s.start_s));
+    // The same missing end time in a run that says it finished is an inconsistency.
+    let text = std::fs::read_to_string(dir.join("runs.jsonl")).unwrap();
+    let line = text.lines().find(|l| l.contains("\"status\":\"partial\"")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["status"] = serde_json::json!("ok");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("runs.jsonl"), v.to_string()).unwrap();
+    let err = format!("{:#}", kernelsight::e2e::traces::load_runs(&tmp.path().join("runs.jsonl")).unwrap_err());
+    assert!(err.contains("line 1") && err.contains("steps[133][5] is not a number"), "{err}");
+}
+
+#[test]
 fn a_malformed_eviction_count_is_rejected_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_kv_pressure10/llama-3.2-3b");

@@ -192,7 +192,15 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
     let cache = v.get("cache").ok_or_else(|| anyhow!("{origin}: field 'cache' missing"))?;
     let engine = v.get("engine_requested").ok_or_else(|| anyhow!("{origin}: field 'engine_requested' missing"))?;
     let mut steps = Vec::new();
-    for (j, s) in v.get("steps").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    let rows: &[Value] = v.get("steps").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    // A partial run stopped in the step that failed (out of memory, say): that last step has
+    // no end time and never ran to completion.
+    let partial = v.get("status").and_then(Value::as_str) == Some("partial");
+    let rows = match rows.split_last() {
+        Some((last, done)) if partial && last.get(5).is_some_and(Value::is_null) => done,
+        _ => rows,
+    };
+    for (j, s) in rows.iter().enumerate() {
         let a = s.as_array().filter(|a| a.len() == 6).ok_or_else(|| anyhow!("{origin}: steps[{j}] is not a 6-column row"))?;
         let n = |k: usize| a[k].as_f64().ok_or_else(|| anyhow!("{origin}: steps[{j}][{k}] is not a number"));
         let step = TraceStep {
