@@ -248,7 +248,7 @@ fn expected_max_of_std_normals(n: usize) -> f64 {
             .map(|i| {
                 let x = lo + i as f64 * h;
                 let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-                (x, pdf, 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2)))
+                (x, pdf, 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)))
             })
             .collect();
         (0..=N_MAX)
@@ -265,13 +265,6 @@ fn expected_max_of_std_normals(n: usize) -> f64 {
         Some(&c) => c,
         None => (2.0 * (n as f64).ln()).sqrt(),
     }
-}
-
-/// The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7).
-fn erf(x: f64) -> f64 {
-    let t = 1.0 / (1.0 + 0.3275911 * x.abs());
-    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    (1.0 - poly * (-x * x).exp()).copysign(x)
 }
 
 /// Inverse CDF of a power law of exponent `alpha` bounded to [lo, hi] at quantile `u`.
