@@ -160,3 +160,19 @@ fn skewed_moe_routing_prices_the_busiest_expert_shard() {
     let (ok, _, err) = ks(&["step", "--model", "qwen3-30b-a3b", "--batch", "decode:1@1", "--moe-routing", "zipf"]);
     assert!(!ok && err.contains("'zipf'") && err.contains("uniform, balanced, power_law_<alpha>"), "{err}");
 }
+
+#[test]
+fn one_kernel_prices_its_own_shard_and_a_serving_step_the_busiest() {
+    // Qwen3-30B-A3B's experts on 8 GPUs, 4 tokens x top-8 of 128 experts: a GPU holds 16 and
+    // gets 4 assignments on average, the busiest of the 8 about 7.
+    let shape = ["--num-tokens", "4", "--hidden", "2048", "--inter", "768", "--topk", "8", "--num-experts", "128", "--ep", "8"];
+    let one = json(&[&["kernel", "--gpu", "h200_sxm", "--op", "moe", "--json"][..], &shape[..]].concat());
+    let step = json(&["step", "--model", "qwen3-30b-a3b", "--gpu", "h200_sxm", "--tp", "8", "--ep", "8", "--batch", "decode:4@100", "--json"]);
+    let experts = step["kernels"].as_array().unwrap().iter().find(|k| k["name"].as_str().unwrap().ends_with(".experts")).unwrap();
+    assert!(experts["shape"].as_str().unwrap().starts_with("num_tokens=4 hidden=2048 inter=768 topk=8 num_experts=128"));
+    // The step's SOL and time count the busiest shard's experts, the single kernel its own.
+    let (one_sol, step_sol) = (one["sol_us"].as_f64().unwrap(), experts["sol_us"].as_f64().unwrap());
+    assert!(step_sol > 1.3 * one_sol, "step {step_sol} us vs one kernel {one_sol} us");
+    let (one_t, step_t) = (one["predicted_us"].as_f64().unwrap(), experts["predicted_us"].as_f64().unwrap());
+    assert!(step_t > one_t && one_t >= one_sol, "step {step_t} us vs one kernel {one_t} us");
+}

@@ -118,7 +118,9 @@ fn check_library(model: &KernelModel, op: crate::schema::Op, prefix: &str, dtype
 pub fn run(args: KernelArgs) -> Result<()> {
     let gpu = load_gpu(&args.gpu)?;
     // `--backend` and a row's `backend` name libraries: a same-die sibling may have measured them.
-    let model = KernelModel::load(&gpu, args.tier)?.with_siblings()?;
+    // One GPU's kernel: its own expected work under uniform routing (the mean expert-parallel
+    // shard, as its SOL counts it); the busiest shard a serving step waits for is `step`'s.
+    let model = KernelModel::load(&gpu, args.tier)?.with_siblings()?.with_served_routing(crate::kernels::cost::Routing::Uniform);
     for note in model.warnings() {
         eprintln!("note: {note}");
     }
