@@ -412,6 +412,11 @@ fn is_native(gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
 }
 
 impl OpModel {
+    /// Every library category this model knows: its own and its measurement paths'.
+    pub fn all_backends(&self) -> impl Iterator<Item = &String> {
+        self.backends.iter().chain(self.by_path.values().flat_map(|p| p.backends.iter()))
+    }
+
     /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. Rows of
     /// another measurement path (`model_path`) are fitted apart when rows of the main path are
     /// present too: the main rows make this model, the others `by_path[path]`.

@@ -126,7 +126,7 @@ pub fn validate_kernels(data: &Data, eval_gpus: &[String], params: &FitParams) -
             let sib_spec = data.spec(s);
             sibling_rows.extend(test.par_iter().filter_map(|m| {
                 let om = sib.ops.get(&m.kernel.op)?;
-                let knows = om.backends.iter().chain(om.by_path.values().flat_map(|p| p.backends.iter())).any(|c| c == &m.backend);
+                let knows = om.all_backends().any(|c| c == &m.backend);
                 knows.then(|| {
                     let predicted_us = crate::perf::efficiency::sibling_time_us(om, &m.kernel, gpu, sib_spec, &m.backend, m.routing);
                     // The paired form, with this GPU's own model of the other library of the

@@ -273,7 +273,7 @@ impl KernelModel {
         }
         let mut known: Vec<String> = std::iter::once(m)
             .chain(self.borrowed_models(op).map(|(b, _)| b))
-            .flat_map(|m| m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())))
+            .flat_map(|m| m.all_backends())
             .filter(|c| !c.contains("power_law"))
             .cloned()
             .collect();
@@ -376,16 +376,11 @@ pub fn paired_sibling_time_us(
     // Block-scaled FP8 runs another GEMM mainloop than per-tensor FP8 under the same name (and
     // is fitted on a path of its own): it pairs only with block-scaled libraries.
     let block = |c: &str| c.contains("/fp8_block/");
-    let candidates = |m: &'_ crate::calibrate::model::OpModel| -> Vec<String> {
-        m.backends.iter().chain(m.by_path.values().flat_map(|p| p.backends.iter())).cloned().collect()
-    };
-    let sib_known = candidates(sib);
     // Balanced-routing libraries first (a power-law variant times the same kernel under skew).
-    let other = candidates(own)
-        .into_iter()
-        .filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && block(c) == block(category) && sib_known.contains(c))
-        .min_by_key(|c| (c.contains("power_law"), c.clone()))?;
-    let other = other.as_str();
+    let other = own
+        .all_backends()
+        .filter(|c| c.as_str() != category && kernel_family(c) == Some(fam) && block(c) == block(category) && sib.all_backends().any(|s| s == *c))
+        .min_by_key(|c| (c.contains("power_law"), c.as_str()))?;
     let ratio = own.predict_routed_us(k, gpu, Some(other), routing) / sib.predict_routed_us(k, sibling, Some(other), routing);
     // Same die: slower memory never makes the kernel faster, faster memory never slower.
     let ratio = if gpu.hbm_bytes_per_s() <= sibling.hbm_bytes_per_s() { ratio.max(1.0) } else { ratio.min(1.0) };
@@ -439,7 +434,7 @@ fn precision_of(d: Dtype) -> Precision {
 /// block-FP8 experts, is known to that path's model only): the preference order decides, not
 /// which path holds the library.
 fn pick_measured<'a>(m: &'a crate::calibrate::model::OpModel, prefs: &[String], dtype: Dtype) -> Option<(&'a str, bool)> {
-    let known: Vec<&'a String> = m.backends.iter().chain(m.by_path.values().flat_map(|sub| sub.backends.iter())).collect();
+    let known: Vec<&'a String> = m.all_backends().collect();
     pick_category(&known, prefs, dtype)
 }
 
