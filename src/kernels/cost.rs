@@ -75,6 +75,9 @@ pub enum Routing {
 }
 
 impl Routing {
+    /// What served traffic is priced for unless the user names another routing.
+    pub const SERVED_DEFAULT: Routing = Routing::UniformBusiest;
+
     /// Distinct experts of one GPU's shard (`global / ep` of them) that `tokens` tokens of
     /// `topk` assignments each hit, in expectation.
     pub fn local_active_experts(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {

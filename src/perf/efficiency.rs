@@ -85,7 +85,7 @@ impl KernelModel {
             named: Default::default(),
             store: store.clone(),
             siblings_loaded: false,
-            served_routing: Routing::UniformBusiest,
+            served_routing: Routing::SERVED_DEFAULT,
         };
         if tier == Tier::Roofline {
             return Ok(model);
@@ -489,7 +489,7 @@ impl KernelTimeModel for KernelModel {
         if !borrowed.is_empty() {
             parts.push(format!("named libraries {} never measured: {}", self.gpu.id, borrowed.join(", ")));
         }
-        if self.served_routing != Routing::UniformBusiest {
+        if self.served_routing != Routing::SERVED_DEFAULT {
             parts.push(format!("MoE experts priced for {} routing", self.served_routing.served_name()));
         }
         format!(

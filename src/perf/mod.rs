@@ -107,6 +107,6 @@ pub trait KernelTimeModel: Send + Sync {
     /// How served tokens spread over MoE experts in `predict_us` (the SOL a report shows
     /// alongside must count the same experts and assignments).
     fn served_routing(&self) -> crate::kernels::cost::Routing {
-        crate::kernels::cost::Routing::UniformBusiest
+        crate::kernels::cost::Routing::SERVED_DEFAULT
     }
 }

@@ -66,7 +66,7 @@ impl RooflineModel {
 
 impl KernelTimeModel for RooflineModel {
     fn predict_us(&self, k: &Kernel) -> f64 {
-        self.predict_routed_us(k, Routing::UniformBusiest)
+        self.predict_routed_us(k, Routing::SERVED_DEFAULT)
     }
 
     fn tier(&self) -> Tier {

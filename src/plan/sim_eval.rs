@@ -143,7 +143,7 @@ impl SimEvaluator {
     pub fn new(model: ModelConfig, gpus: &[GpuSpec], engine: EngineParams, tier: Tier, router: RouterKind) -> Result<SimEvaluator> {
         let host = HostOverhead::for_engine(&engine.name)?;
         let gpus = gpus.iter().map(|g| (g.id.clone(), g.clone())).collect();
-        Ok(SimEvaluator { model, gpus, engine, tier, router, host, served_routing: crate::kernels::cost::Routing::UniformBusiest })
+        Ok(SimEvaluator { model, gpus, engine, tier, router, host, served_routing: crate::kernels::cost::Routing::SERVED_DEFAULT })
     }
 
     /// Prices MoE experts for `routing` instead of uniform routing (`KernelModel::with_served_routing`).
