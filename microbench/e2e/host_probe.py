@@ -14,7 +14,7 @@ Writes under --out the harness files (models.jsonl, runs.jsonl, requests.jsonl; 
 them into trace folders), steps.jsonl (per step [t_call_s, host_call_ms, gpu_ms, q_padded]),
 hostprof-<probe>.txt (cProfile of one 32-request run: where the host time goes) and env.json.
 Usage: python3 microbench/e2e/host_probe.py --out $OUT [--deadline-s 520] [--probes-only | --no-probes]
-       [--profiles "MODEL:LAYERS:WORKLOAD,...;..."]
+       [--profiles "MODEL:LAYERS:WORKLOAD,...;..."] [--probes host-probe-g1 --probe-layers 2,4,8]
 """
 import argparse
 import cProfile
@@ -40,10 +40,16 @@ PROFILES = [("qwen3-30b-a3b", 24, ["grid_i128_o64_c1", "grid_i512_o64_c8", "grid
 ENGINE = {"block_size": 256, "max_batch_tokens": 8192, "kv_capacity_tokens": 98304}
 
 
-def probe_config(name):
+def probe_config(name, layers=None):
+    """The probe's config; `layers` resizes it, repeating its `layer_types` pattern (the capture
+    sweep: what a CUDA-graph capture costs per layer, apart from its fixed part)."""
     from transformers import AutoConfig
     with open(os.path.join(HERE, "probes", name + ".json")) as f:
         d = json.load(f)
+    if layers is not None:
+        pattern = d["layer_types"]
+        d["num_hidden_layers"] = layers
+        d["layer_types"] = [pattern[i % len(pattern)] for i in range(layers)]
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
 
@@ -108,6 +114,9 @@ def main():
                     "(NAME or NAME/firstN)")
     ap.add_argument("--profiles", help="semicolon-separated MODEL:LAYERS:WORKLOAD,... instead of PROFILES "
                     "(LAYERS empty: all)")
+    ap.add_argument("--probe-layers", help="comma-separated layer counts: run each probe resized to each, "
+                    "labelled PROBE-L<layers> (the capture sweep)")
+    ap.add_argument("--probes", help=f"comma-separated subset of {', '.join(PROBES)}")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t_end = time.time() + a.deadline_s
@@ -119,9 +128,15 @@ def main():
     log = []
     profile_steps.install_step_timer(log)
     grid = a.probe_workloads.split(",") if a.probe_workloads else GRID
-    for p in ([] if a.no_probes else PROBES):
-        one_model(p, p, lambda p=p: probe_config(p), grid, a.out, log, t_end,
-                  profile_run="grid_i512_o64_c32" if p == "host-probe-g6" else None)
+    probes = a.probes.split(",") if a.probes else PROBES
+    if any(p not in PROBES for p in probes):
+        sys.exit(f"--probes {a.probes}: allowed {', '.join(PROBES)}")
+    sizes = [int(x) for x in a.probe_layers.split(",")] if a.probe_layers else [None]
+    for p in ([] if a.no_probes else probes):
+        for n in sizes:
+            label = p if n is None else f"{p}-L{n}"
+            one_model(label, p, lambda p=p, n=n: probe_config(p, n), grid, a.out, log, t_end,
+                      profile_run="grid_i512_o64_c32" if p == "host-probe-g6" and n is None else None)
     profiles = PROFILES
     if a.profiles:
         profiles = [(m, int(l) if l else None, w.split(",")) for m, l, w in (x.split(":") for x in a.profiles.split(";"))]
