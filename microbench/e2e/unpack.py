@@ -7,6 +7,7 @@
   ROOT/<model_dir>/runs.jsonl          continuous-batching runs (engine settings, per-step log)
   ROOT/<model_dir>/requests.jsonl      one line per request
   ROOT/<model_dir>/static.jsonl        static-batch prefill / decode measurements
+  ROOT/steps.jsonl                     per-step CUDA-event profiles, where the call made them
 
 <model_dir> is the model label: its name, with "-L<layers>" appended when the layer count was cut. Every line
 gets "call" (the call's UTC start time) and "plan" fields: a run_id is unique within one call only.
@@ -69,6 +70,15 @@ def main():
             rec["plan"] = plan
             with open(os.path.join(a.root, d, f"{kind}.jsonl"), "a") as f:
                 f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    # Per-step CUDA-event profiles (host_probe.py, profile_steps.py) stay one file at the root;
+    # "call" tells the simulator which call's run each line profiled (run ids repeat across calls).
+    for rec in read_jsonl(os.path.join(a.raw, "steps.jsonl")):
+        if not keep(rec.get("model", "")):
+            continue
+        rec["call"] = call
+        with open(os.path.join(a.root, "steps.jsonl"), "a") as f:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":
