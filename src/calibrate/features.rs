@@ -233,13 +233,15 @@ fn op_names(op: Op) -> Vec<&'static str> {
         Op::Moe => vec![
             "lg_tokens", "lg_hidden", "lg_inter", "lg_topk", "lg_experts", "lg_tp", "lg_ep",
             "lg_tokens_per_expert", "lg_experts_per_token_per_gpu", "lg_local_experts", "lg_tokens_per_sm",
+            "lg_pad_16", "lg_pad_64", "lg_pad_128",
         ],
         _ => vec!["lg_tokens", "lg_hidden", "lg_batch", "lg_heads", "lg_head_dim", "lg_bytes_field"],
     }
 }
 
-/// Features of kernel `k` on `gpu` measured with `backend`; `s` is its speed-of-light bound.
-pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
+/// Features of kernel `k` on `gpu` measured with `backend` (a MoE kernel under `routing`); `s`
+/// is its speed-of-light bound.
+pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str, routing: Routing) -> Vec<f64> {
     if k.op.is_collective() {
         let class = LinkClass::of_row(gpu, k.num_gpus, backend);
         return vec![
@@ -333,6 +335,9 @@ pub fn extract(k: &Kernel, gpu: &GpuSpec, s: &Sol, backend: &str) -> Vec<f64> {
                 lg(k.num_experts as f64 / ep),
                 lg(k.num_tokens as f64 / sms),
             ]);
+            // Rows padded to whole tiles per expert, over the rows routed (see `row_tiles`).
+            let pad = routing.padding_ratios(k.num_tokens as f64, k.topk as f64, k.num_experts.max(1) as f64, ep);
+            v.extend(pad.map(lg));
         }
         _ => {
             v.extend([
@@ -386,7 +391,7 @@ pub fn extract_with_sol(k: &Kernel, gpu: &GpuSpec, backend: &str) -> (Vec<f64>, 
 /// As `extract_with_sol` for a row measured with `routing`.
 pub fn extract_with_sol_routed(k: &Kernel, gpu: &GpuSpec, backend: &str, routing: Routing) -> (Vec<f64>, Sol) {
     let s = row_sol_routed(k, gpu, backend, routing);
-    (extract(k, gpu, &s, backend), s)
+    (extract(k, gpu, &s, backend, routing), s)
 }
 
 /// SOL of a row from its provenance: a collective on the link class it ran over, an MLA

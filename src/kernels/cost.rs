@@ -120,6 +120,35 @@ impl Routing {
         }
     }
 
+    /// Padded rows over assigned rows of one GPU's shard, per tile height of
+    /// `row_tiles::ROW_TILES`: each expert's tokens padded up to whole tiles, for this routing's
+    /// per-expert counts (the shard `local_assignments` prices).
+    pub fn padding_ratios(self, tokens: f64, topk: f64, global: f64, ep: f64) -> [f64; 3] {
+        use super::row_tiles::{binomial_tiles, padding_ratios};
+        let (t, k, e) = (tokens.max(0.0), topk.min(global).max(1.0), global.max(1.0));
+        let local = (e / ep.max(1.0)).max(1.0);
+        let assignments = self.local_assignments(t, k, e, ep.max(1.0));
+        let tiles = match self {
+            Routing::Uniform | Routing::UniformBusiest => {
+                // Each token picks an expert with probability k/E; the busiest shard's experts
+                // share its larger count.
+                let p = (k / e) * assignments / (t * k / ep.max(1.0)).max(1e-12);
+                binomial_tiles(t, p).map(|x| x * local)
+            }
+            Routing::Balanced => {
+                // Token i takes experts (i*k + j) mod E: every count is q or q + 1.
+                let total = (t * k).round();
+                let (q, r) = ((total / e).floor(), total % e);
+                let tiles = |n: f64| super::row_tiles::count_tiles([n]);
+                let (lo, hi) = (tiles(q), tiles(q + 1.0));
+                std::array::from_fn(|i| local * ((r / e) * hi[i] + (1.0 - r / e) * lo[i]))
+            }
+            Routing::PowerLaw { alpha_centi } => power_law_tiles(t, k, e, ep.max(1.0), alpha_centi),
+            Routing::PowerLawLoads { alpha_centi } => power_law_loads(t, k, e, ep.max(1.0), alpha_centi).tiles,
+        };
+        padding_ratios(tiles, assignments)
+    }
+
     /// Token-expert assignments one GPU's shard computes, in expectation: its 1/ep share,
     /// except under `PowerLawLoads` and `UniformBusiest`, where the busiest shard's.
     pub fn local_assignments(self, tokens: f64, topk: f64, global: f64, ep: f64) -> f64 {
@@ -142,6 +171,8 @@ pub fn alpha_centi_after(name: &str, prefix: &str) -> Option<u16> {
 struct ShardLoad {
     assignments: f64,
     active: f64,
+    /// Row tiles of its experts (`row_tiles::ROW_TILES`).
+    tiles: [f64; 3],
 }
 
 /// Draws of aiconfigurator's per-expert counts averaged for `ShardLoad`. The busiest shard's
@@ -176,7 +207,7 @@ fn power_law_loads(tokens: f64, topk: f64, global: f64, ep: f64, alpha_centi: u1
     let (lo, hi) = if total > e as i64 { (1.0, 0.8 * t as f64) } else { (0.01, 2.0) };
     let per_shard = (e / shards as usize).max(1);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5eed);
-    let (mut sum_assign, mut sum_active) = (0.0, 0.0);
+    let (mut sum_assign, mut sum_active, mut sum_tiles) = (0.0, 0.0, [0.0; 3]);
     for _ in 0..POWER_LAW_DRAWS {
         let x: Vec<f64> = (0..e).map(|_| bounded_power_law(rng.gen::<f64>(), alpha, lo, hi.max(lo))).collect();
         let norm: f64 = x.iter().sum();
@@ -214,9 +245,14 @@ fn power_law_loads(tokens: f64, topk: f64, global: f64, ep: f64, alpha_centi: u1
         };
         sum_assign += shard.iter().sum::<i64>() as f64 + extra;
         sum_active += shard.iter().filter(|c| **c > 0).count() as f64 + woken;
+        // A woken expert holds a token or a few: one tile of any height.
+        let tiles = super::row_tiles::count_tiles(shard.iter().map(|&c| c as f64));
+        for (s, x) in sum_tiles.iter_mut().zip(tiles) {
+            *s += x + woken;
+        }
     }
     let n = POWER_LAW_DRAWS as f64;
-    let load = ShardLoad { assignments: sum_assign / n, active: sum_active / n };
+    let load = ShardLoad { assignments: sum_assign / n, active: sum_active / n, tiles: sum_tiles.map(|x| x / n) };
     CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(key, load);
     load
 }
@@ -235,7 +271,29 @@ fn uniform_busiest_shard(tokens: f64, topk: f64, global: f64, ep: f64) -> ShardL
     let excess = (t * var_per_token).sqrt() * expected_max_of_std_normals(ep.round() as usize) / (1.0 - 1.0 / ep).sqrt();
     // A token puts at most min(k, local) picks on one shard.
     let assignments = (mean + excess).min(t * k.min(local));
-    ShardLoad { assignments, active: expected_active_experts(local, assignments.min(t * local)) }
+    ShardLoad { assignments, active: expected_active_experts(local, assignments.min(t * local)), tiles: [0.0; 3] }
+}
+
+/// Row tiles of one shard under `Routing::PowerLaw`: each expert's count is binomial with its
+/// inclusion probability; a random ranking gives the shard its 1/ep share. Cached (the fits ask
+/// for the same few shapes again and again).
+fn power_law_tiles(tokens: f64, topk: f64, global: f64, ep: f64, alpha_centi: u16) -> [f64; 3] {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<(u64, u64, u64, u64, u16), [f64; 3]>>> = OnceLock::new();
+    let key = (tokens.round() as u64, topk.round() as u64, global.round() as u64, ep.round() as u64, alpha_centi);
+    if let Some(&t) = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return t;
+    }
+    let inclusion = power_law_inclusion(global as usize, topk, alpha_centi as f64 / 100.0);
+    let mut tiles = [0.0; 3];
+    for p in inclusion {
+        for (s, x) in tiles.iter_mut().zip(super::row_tiles::binomial_tiles(tokens, p)) {
+            *s += x / ep;
+        }
+    }
+    CACHE.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner()).insert(key, tiles);
+    tiles
 }
 
 /// E[max of n independent standard normals] (0 for n <= 1; 1/sqrt(pi) for 2), by quadrature of
@@ -535,7 +593,7 @@ mod tests {
         for (tokens, topk, experts, ep) in [(1usize, 8usize, 256usize, 4usize), (4, 8, 256, 4), (16, 8, 256, 4), (64, 8, 256, 8), (512, 8, 256, 4), (32, 4, 128, 2)] {
             let local = experts / ep;
             let draws = 4000;
-            let (mut sum_assign, mut sum_active) = (0.0, 0.0);
+            let (mut sum_assign, mut sum_active, mut sum_tiles) = (0.0, 0.0, [0.0; 3]);
             for _ in 0..draws {
                 let mut counts = vec![0usize; experts];
                 for _ in 0..tokens {
@@ -635,5 +693,23 @@ mod tests {
         // No skew is uniform routing with k distinct picks per token: 1 - (1 - k/E)^T per expert.
         let flat = Routing::PowerLaw { alpha_centi: 0 }.local_active_experts(16.0, 8.0, 128.0, 1.0);
         assert!((flat - 128.0 * (1.0 - (1.0 - 8.0 / 128.0f64).powi(16))).abs() < 1e-6, "{flat}");
+    }
+
+    #[test]
+    fn padding_follows_how_counts_fall_against_the_tiles() {
+        // 8,192 tokens x top-8 of 256 experts on 4 shards: 256 rows per expert when balanced,
+        // whole 64- and 128-row tiles; scattered counts spill experts into one more tile.
+        let balanced = Routing::Balanced.padding_ratios(8192.0, 8.0, 256.0, 4.0);
+        assert_eq!(balanced, [1.0, 1.0, 1.0]);
+        let uniform = Routing::Uniform.padding_ratios(8192.0, 8.0, 256.0, 4.0);
+        assert!(uniform[2] > 1.15 && uniform[2] < 1.35, "{uniform:?}");
+        // aiconfigurator's power law leaves many experts a few tokens each, a tile apiece.
+        let skewed = Routing::PowerLawLoads { alpha_centi: 101 }.padding_ratios(8192.0, 8.0, 256.0, 4.0);
+        assert!(skewed[2] > uniform[2], "{skewed:?} vs {uniform:?}");
+        // Decode: 32 picks on 256 experts, nearly one token per expert hit, a whole tile each.
+        let decode = Routing::Uniform.padding_ratios(4.0, 8.0, 256.0, 1.0);
+        // (k distinct picks per token: an expert is hit with probability 1 - (1 - k/E)^T.)
+        let one_tile_each = 128.0 * 256.0 * (1.0 - (1.0 - 8.0 / 256.0f64).powi(4)) / 32.0;
+        assert!((decode[2] / one_tile_each - 1.0).abs() < 0.01, "{decode:?} vs {one_tile_each}");
     }
 }

@@ -2,3 +2,4 @@
 pub mod cost;
 pub mod graph;
 pub mod memory;
+pub mod row_tiles;
