@@ -586,6 +586,25 @@ impl OpModel {
         self.predict_in_form(self.form, k, gpu, backend, routing)
     }
 
+    /// The one-hot category of a MoE query under aiconfigurator's power law (`Routing::PowerLawLoads`,
+    /// served with `--moe-routing power_law_<alpha>`): the library's own `/power_law_<alpha>`
+    /// variant where it was measured so. Those rows carry their routing in the backend string,
+    /// so the trees learned the skew's cost partly through that category; the plain library's
+    /// category would price the skew from its balanced rows (MiniMax's experts on the H100,
+    /// EP4, 8,192 tokens: 1,374 us against the 1,631 us its power-law row measured).
+    fn routed_category<'a>(&self, category: std::borrow::Cow<'a, str>, routing: Routing) -> std::borrow::Cow<'a, str> {
+        if self.op != Op::Moe || !matches!(routing, Routing::PowerLawLoads { .. }) || category.contains("/power_law_") {
+            return category;
+        }
+        let Some((head, kernel)) = category.rsplit_once('/') else { return category };
+        let variant = format!("{head}/{}/{kernel}", routing.served_name());
+        if self.backends.contains(&variant) {
+            variant.into()
+        } else {
+            category
+        }
+    }
+
     /// Whether `features` (stored at fit time) are what `features::names` gives now.
     fn features_are_current(&self) -> bool {
         let now = features::names(self.op);
@@ -627,7 +646,7 @@ impl OpModel {
                     None => Some(self.y_range),
                     Some(ranges) => ranges.get(&base_key(self.op, gpu, k, backend)).copied(),
                 };
-                let category = features::backend_category(self.op, backend);
+                let category = self.routed_category(features::backend_category(self.op, backend), routing);
                 match range {
                     Some((lo, hi)) => self.gbdt.predict(&with_backend(feat, &self.backends, &category)).clamp(lo, hi),
                     None => 0.0,

@@ -177,7 +177,7 @@ pub fn markdown(validation: &Validation, command: &str, data_notes: &str) -> Str
          topology, NVSwitch / NVLink bridge / PCIe / scale-out, and timing method, with SOL on that link's \
          spec bandwidth) and `g` a histogram gradient-boosted tree ensemble on hardware-normalized features \
          (arithmetic intensity over the ridge point, tile waves over SMs, working set over L2, log sizes, GQA \
-         ratio, experts per token per GPU, message size over link bandwidth, spec-sheet rates, backend \
+         ratio, experts per token per GPU, experts' row-tile padding under the row's routing, message size over link bandwidth, spec-sheet rates, backend \
          category), its tree count (target tier) picked on an inner validation set of one shape in ten where \
          that set has at least 200 rows (else, and in the cross-gen tier, 100 trees). Cross-gen families trained on at most 3 GPUs choose their form (learned, base alone, or \
          SOL over the op's median efficiency) by an inner leave-one-GPU-out over the training GPUs. Tiers on \

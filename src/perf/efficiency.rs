@@ -618,6 +618,28 @@ mod tests {
         }
     }
 
+    /// Served traffic under aiconfigurator's power law is priced like the library's own
+    /// power-law rows (their routing is part of their backend category), not like its balanced
+    /// rows with a power-law SOL.
+    #[test]
+    fn served_power_law_routing_prices_like_the_librarys_power_law_rows() {
+        let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
+        let lib = "vllm/fp8_block/vllm_fp8moe_flashinfer_cutlass_flashinferexperts";
+        let plain = KernelModel::load(&h100, Tier::Target).unwrap();
+        let Some(model) = plain.op_model(Op::Moe) else { return };
+        let variant = "vllm/fp8_block/power_law_1.01/vllm_fp8moe_flashinfer_cutlass_flashinferexperts";
+        if !model.backends.iter().any(|b| b == variant) {
+            return; // no such rows in the shipped calibration
+        }
+        // MiniMax-M2.5's experts at EP4 (aiconfigurator, H100: 1,206.8 us balanced, 1,630.8 us
+        // under power_law_1.01 at 8,192 tokens).
+        let k = Kernel { num_tokens: 8192, hidden: 3072, inter: 1536, topk: 8, num_experts: 256, tp: 1, ep: 4, ..Kernel::new(Op::Moe, Dtype::Fp8) };
+        let skewed = KernelModel::load(&h100, Tier::Target).unwrap().with_served_routing(Routing::PowerLawLoads { alpha_centi: 101 });
+        let t = skewed.predict_us_with(&k, Some(lib));
+        assert!((t / 1630.8 - 1.0).abs() < 0.10, "{t} us under power_law_1.01");
+        assert!(t > 1.2 * plain.predict_us_with(&k, Some(lib)), "{t} vs uniform {}", plain.predict_us_with(&k, Some(lib)));
+    }
+
     /// Fewer rows never take longer than the next power of two of rows (the grid gap 18-31
     /// of the public GEMM data once gave 2.5-3.5x the time of m = 16 or 32 for fp8).
     #[test]
