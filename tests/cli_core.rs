@@ -176,3 +176,20 @@ fn one_kernel_prices_its_own_shard_and_a_serving_step_the_busiest() {
     let (one_t, step_t) = (one["predicted_us"].as_f64().unwrap(), experts["predicted_us"].as_f64().unwrap());
     assert!(step_t > one_t && one_t >= one_sol, "step {step_t} us vs one kernel {one_t} us");
 }
+
+#[test]
+fn one_kernel_prices_the_routing_it_is_given() {
+    // MiniMax-M2.5's experts on the H100 at EP4, 8,192 tokens: aiconfigurator measured vLLM's
+    // block-FP8 FlashInfer CUTLASS experts at 1,206.8 us balanced and 1,630.8 us under
+    // power_law_1.01.
+    let shape = ["--gpu", "h100_sxm", "--op", "moe", "--dtype", "fp8", "--num-tokens", "8192", "--hidden", "3072", "--inter", "1536", "--topk", "8", "--num-experts", "256", "--tp", "1", "--ep", "4", "--backend", "vllm/fp8_block/vllm_fp8moe_flashinfer_cutlass", "--json"];
+    let plain = json(&[&["kernel"][..], &shape[..]].concat());
+    let skewed = json(&[&["kernel"][..], &shape[..], &["--moe-routing", "power_law_1.01"][..]].concat());
+    assert_eq!(plain["moe_routing"], "uniform");
+    assert_eq!(skewed["moe_routing"], "power_law_1.01");
+    let (p, s) = (plain["predicted_us"].as_f64().unwrap(), skewed["predicted_us"].as_f64().unwrap());
+    assert!(s > 1.15 * p, "power law {s} us vs uniform {p} us");
+    assert!((s / 1630.8 - 1.0).abs() < 0.15, "power law {s} us vs 1,630.8 measured");
+    let (ok, _, err) = ks(&[&["kernel"][..], &shape[..], &["--moe-routing", "zipf"][..]].concat());
+    assert!(!ok && err.contains("'zipf'"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! `kernelsight kernel`: SOL and predicted time of one kernel, or of a CSV of kernels.
 use crate::hardware::load_gpu;
+use crate::kernels::cost::Routing;
 use crate::perf::efficiency::KernelModel;
-use crate::perf::sol::{sol, sol_routed};
+use crate::perf::sol::sol_routed;
 use crate::perf::{KernelTimeModel, Tier};
 use crate::schema::{read_rows, write_rows, Dtype, Kernel, Op};
 use anyhow::{bail, Context, Result};
@@ -75,11 +76,26 @@ pub struct KernelArgs {
     /// Sliding window (attention), 0 = none.
     #[arg(long, default_value_t = 0)]
     pub window: u64,
+    /// A MoE kernel's routing: uniform (default: this GPU's expected shard), balanced, or
+    /// power_law_<alpha> (aiconfigurator's skewed loads, the busiest shard, priced like the
+    /// library's own rows measured so where there are any). --input rows keep their own (the
+    /// `routing` column, else their source's convention).
+    #[arg(long, default_value = "uniform", value_parser = super::common::parse_moe_routing)]
+    pub moe_routing: Routing,
     #[arg(long)]
     pub json: bool,
 }
 
 impl KernelArgs {
+    /// The routing one GPU's kernel is priced for: `uniform` is its own expected shard (as its
+    /// SOL counts it); a serving step's busiest shard is `step`'s.
+    fn routing(&self) -> Routing {
+        match self.moe_routing {
+            Routing::UniformBusiest => Routing::Uniform,
+            r => r,
+        }
+    }
+
     fn kernel(&self, op: Op) -> Kernel {
         Kernel {
             m: self.m,
@@ -120,7 +136,7 @@ pub fn run(args: KernelArgs) -> Result<()> {
     // `--backend` and a row's `backend` name libraries: a same-die sibling may have measured them.
     // One GPU's kernel: its own expected work under uniform routing (the mean expert-parallel
     // shard, as its SOL counts it); the busiest shard a serving step waits for is `step`'s.
-    let model = KernelModel::load(&gpu, args.tier)?.with_siblings()?.with_served_routing(crate::kernels::cost::Routing::Uniform);
+    let model = KernelModel::load(&gpu, args.tier)?.with_siblings()?.with_served_routing(args.routing());
     for note in model.warnings() {
         eprintln!("note: {note}");
     }
@@ -158,16 +174,20 @@ pub fn run(args: KernelArgs) -> Result<()> {
     if let Some(b) = &args.backend {
         check_library(&model, op, b, k.dtype, &gpu)?;
     }
-    let s = sol(&k, &gpu);
+    let s = sol_routed(&k, &gpu, args.routing());
     let predicted_us = model.predict_us_with(&k, args.backend.as_deref());
     if args.json {
-        let out = json!({
+        let mut out = json!({
             "gpu": gpu.id, "op": k.op, "dtype": k.dtype, "shape": k.shape_string(), "flops": s.flops, "bytes": s.bytes,
             "sol_us": s.sol_us, "bound": s.bound, "predicted_us": predicted_us, "tier": model.tier_used().as_str(),
         });
+        if op == Op::Moe {
+            out["moe_routing"] = args.routing().served_name().into();
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
-        println!("{} {} {} on {}", k.op, k.dtype, k.shape_string(), gpu.id);
+        let routed = if op == Op::Moe { format!(", {} routing", args.routing().served_name()) } else { String::new() };
+        println!("{} {} {} on {}{routed}", k.op, k.dtype, k.shape_string(), gpu.id);
         println!("  flops        {:.4e}", s.flops);
         println!("  bytes        {:.4e}", s.bytes);
         println!("  compute      {:.3} us at {:.0} TFLOP/s", s.compute_us, gpu.peak_flops(k.dtype) / 1e12);
