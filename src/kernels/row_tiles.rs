@@ -34,7 +34,8 @@ pub fn binomial_tiles(trials: f64, p: f64) -> [f64; 3] {
     }
     let lo = (mean - 10.0 * sd - 2.0).floor().max(0.0) as u64;
     let hi = (mean + 10.0 * sd + 2.0).ceil().min(t) as u64;
-    let ln_choose = |n: f64| libm::lgamma(t + 1.0) - libm::lgamma(n + 1.0) - libm::lgamma(t - n + 1.0);
+    let ln_t_fact = libm::lgamma(t + 1.0);
+    let ln_choose = |n: f64| ln_t_fact - libm::lgamma(n + 1.0) - libm::lgamma(t - n + 1.0);
     let ln_pmf = |n: f64| {
         let a = if n > 0.0 { n * p.ln() } else { 0.0 };
         let b = if t - n > 0.0 { (t - n) * (1.0 - p).ln() } else { 0.0 };
