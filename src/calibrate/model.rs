@@ -397,7 +397,8 @@ fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
         keys.push(class_key(class, !eager));
     }
     // A module path no training GPU measured (another norm dispatch) uses the plain module
-    // base: the same work, timed the way most module tables were.
+    // base: the same work, timed the way most module tables were (`predict_in_form` then
+    // takes off the native chain's extra, `kernels::dispatch_chain`).
     if own.starts_with("module/") {
         keys.push("module".to_string());
     }
@@ -664,7 +665,15 @@ impl OpModel {
                 return (s.sol_us / self.median_efficiency + latency).max(p.launch_floor_us).max(s.sol_us);
             }
         };
-        (base * y.exp()).max(s.sol_us)
+        // A module row of a norm dispatch no training GPU measured (B200's fused-kernel tables
+        // against everyone else's native chain): the plain module's time less the chain's extra.
+        let own = base_key(self.op, gpu, k, backend);
+        let chain_us = if own.starts_with("module/") && !self.bases.contains_key(&own) {
+            crate::kernels::dispatch_chain::ChainFit::h200().extra_us(k, gpu)
+        } else {
+            0.0
+        };
+        (base * y.exp() - chain_us).max(s.sol_us)
     }
 }
 
@@ -1147,6 +1156,14 @@ mod tests {
         let whole = mo.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
         let p = mo.predict_us(&k, &g, None);
         assert!((p - (whole * core / module).max(core)).abs() < 1e-9 && p < whole, "{p} {whole}");
+        // Asked for a norm dispatch it never measured, that model takes the native chain's
+        // extra off the plain module's time (cross-gen B200 from the other GPUs' tables).
+        let fused = mo.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/norm_vllm_c/K"));
+        let extra = crate::kernels::dispatch_chain::ChainFit::h200().extra_us(&k, &g);
+        assert!(extra > 20.0 && (fused - (whole - extra)).abs() < 1e-6, "{fused} {whole} {extra}");
+        // Where the path trained, its own base answers, with no chain taken off.
+        let trained = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/norm_vllm_c/K"));
+        assert!((trained / (40.0 + 2.0 * module) - 1.0).abs() < 0.1, "{trained} vs {}", 40.0 + 2.0 * module);
     }
 
     #[test]
