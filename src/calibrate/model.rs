@@ -351,6 +351,16 @@ pub(crate) fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Stri
     }
 }
 
+/// What the native norm and rotary chain adds to an MLA module row of base key `key` measured
+/// with another dispatch (`module/<norm>`, see `features::mla_path`); 0 for every other row.
+fn dispatch_chain_us(key: &str, k: &Kernel, gpu: &GpuSpec) -> f64 {
+    if key.starts_with("module/") {
+        crate::kernels::dispatch_chain::ChainFit::h200().extra_us(k, gpu)
+    } else {
+        0.0
+    }
+}
+
 fn class_key(class: LinkClass, eager: bool) -> String {
     if eager {
         format!("{}/eager", class.as_str())
@@ -396,9 +406,9 @@ fn base_keys(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Vec<String> {
         keys.extend(class.nearest().map(|c| class_key(c, eager)));
         keys.push(class_key(class, !eager));
     }
-    // A module path no training GPU measured (another norm dispatch) uses the plain module
-    // base: the same work, timed the way most module tables were (`predict_in_form` then
-    // takes off the native chain's extra, `kernels::dispatch_chain`).
+    // A module row of another norm dispatch uses the plain module base: its rows train as the
+    // native chain would have timed them, and `predict_in_form` takes the chain's extra off
+    // (`dispatch_chain_us`).
     if own.starts_with("module/") {
         keys.push("module".to_string());
     }
@@ -452,18 +462,24 @@ impl OpModel {
             rows.shuffle(&mut rng);
             rows.truncate(params.max_rows);
         }
-        let prepared: Vec<(Vec<f64>, Sol, &Measurement, String)> = rows
+        // Each row with the time it trains on: an MLA module row of another norm dispatch as the
+        // native chain would have timed it (`dispatch_chain_us`), so every module row shares one
+        // base and the trees learn one kind of module time.
+        let prepared: Vec<(Vec<f64>, Sol, &Measurement, String, f64)> = rows
             .iter()
             .map(|m| {
                 let g = spec(&m.gpu);
                 let (x, s) = features::extract_with_sol_routed(&m.kernel, g, &m.backend, m.routing);
-                (x, s, *m, base_key(op, g, &m.kernel, &m.backend))
+                let key = base_key(op, g, &m.kernel, &m.backend);
+                let chain = dispatch_chain_us(&key, &m.kernel, g);
+                let key = if chain > 0.0 { "module".to_string() } else { key };
+                (x, s, *m, key, m.latency_us + chain)
             })
             .collect();
         let mut by_key: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         let mut library_gpus: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
-        for (_, s, m, key) in &prepared {
-            let pt = (s.sol_us, m.latency_us);
+        for (_, s, m, key, t) in &prepared {
+            let pt = (s.sol_us, *t);
             by_key.entry(key.clone()).or_default().push(pt);
             if key != "all" {
                 by_key.entry("all".to_string()).or_default().push(pt);
@@ -477,20 +493,10 @@ impl OpModel {
         by_key.retain(|k, pts| {
             !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= if op.is_collective() { train_gpu_count.min(2) } else { 1 })
         });
-        let mut bases: BTreeMap<String, Base> = by_key.iter().map(|(k, pts)| (k.clone(), Base::fit(pts))).collect();
-        // An MLA module path with another norm dispatch differs from the plain module path by
-        // the launches of the norm chain: on identical shapes B200 (vllm_c eager norms) is
-        // 37-41 us faster than GB200 (native chain) from 1 to 128 heads. Where both paths
-        // train, it keeps the plain path's efficiency and fits only its own latency, so the
-        // trees' targets mean the same on both paths.
-        if let Some(c) = bases.get("module").map(|b| b.inv_efficiency) {
-            for (k, pts) in by_key.iter().filter(|(k, _)| k.starts_with("module/")) {
-                bases.insert(k.clone(), Base::fit_with(pts, Some(c)));
-            }
-        }
+        let bases: BTreeMap<String, Base> = by_key.iter().map(|(k, pts)| (k.clone(), Base::fit(pts))).collect();
         let mut library_rows: BTreeMap<&str, Vec<(f64, &GpuSpec, f64)>> = BTreeMap::new();
         if op.class() == "elementwise" {
-            for (_, s, m, _) in &prepared {
+            for (_, s, m, _, _) in &prepared {
                 library_rows.entry(m.backend.as_str()).or_default().push((s.bytes, spec(&m.gpu), m.latency_us));
             }
         }
@@ -524,22 +530,22 @@ impl OpModel {
         let backends: Vec<String> = ranked.iter().take(MAX_BACKENDS).map(|b| b.0.to_string()).collect();
 
         let mut effs: Vec<f64> =
-            prepared.iter().filter(|(_, _, m, _)| m.kernel.op == op).map(|(_, s, m, _)| (s.sol_us / m.latency_us).min(1.0)).collect();
+            prepared.iter().filter(|(_, _, m, _, _)| m.kernel.op == op).map(|(_, s, m, _, _)| (s.sol_us / m.latency_us).min(1.0)).collect();
         let median_efficiency = median(&mut effs).unwrap_or(1.0).max(1e-6);
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
-        for ((feat, s, m, key), category) in prepared.iter().zip(&categories) {
+        for ((feat, s, m, key, latency_us), category) in prepared.iter().zip(&categories) {
             let base = base_of(m, s.sol_us);
             x.push(with_backend(feat.clone(), &backends, category));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
-            let t = (m.latency_us.max(s.sol_us) / base).ln();
+            let t = (latency_us.max(s.sol_us) / base).ln();
             y.push(t);
             let e = key_ranges.entry(key.as_str()).or_insert(((f64::INFINITY, f64::NEG_INFINITY), BTreeSet::new()));
             e.0 = (e.0 .0.min(t), e.0 .1.max(t));
             e.1.insert(m.gpu.as_str());
         }
-        let inner: Vec<bool> = prepared.iter().map(|(_, _, m, _)| is_inner_validation(&m.kernel)).collect();
+        let inner: Vec<bool> = prepared.iter().map(|(_, _, m, _, _)| is_inner_validation(&m.kernel)).collect();
         let gbdt = if params.early_stop_on_shapes && inner.iter().filter(|v| **v).count() >= early_stopping::MIN_ROWS {
             let p = GbdtParams { learning_rate: early_stopping::LEARNING_RATE, trees: early_stopping::MAX_TREES, ..params.gbdt };
             Gbdt::fit_early_stopped(&x, &y, &inner, &p, early_stopping::PATIENCE)
@@ -665,14 +671,9 @@ impl OpModel {
                 return (s.sol_us / self.median_efficiency + latency).max(p.launch_floor_us).max(s.sol_us);
             }
         };
-        // A module row of a norm dispatch no training GPU measured (B200's fused-kernel tables
-        // against everyone else's native chain): the plain module's time less the chain's extra.
-        let own = base_key(self.op, gpu, k, backend);
-        let chain_us = if own.starts_with("module/") && !self.bases.contains_key(&own) {
-            crate::kernels::dispatch_chain::ChainFit::h200().extra_us(k, gpu)
-        } else {
-            0.0
-        };
+        // A module row of another norm dispatch (B200's fused-kernel tables against everyone
+        // else's native chain): the module as the native chain runs it, less the chain's extra.
+        let chain_us = dispatch_chain_us(&base_key(self.op, gpu, k, backend), k, gpu);
         (base * y.exp() - chain_us).max(s.sol_us)
     }
 }
@@ -1096,13 +1097,15 @@ mod tests {
     }
 
     #[test]
-    fn mla_module_rows_get_their_own_model_and_norm_path_latency() {
+    fn mla_module_rows_get_their_own_model_and_share_one_base_across_norm_dispatches() {
         use crate::hardware::load_gpu;
+        use crate::kernels::dispatch_chain::ChainFit;
         use crate::schema::Dtype;
         // mla_decode on H200: attention-core rows t = 20 us + 4 x SOL; whole-module rows
-        // (native norm chain) t = 80 us + 2 x module SOL; module rows with eager vllm_c norms
-        // 40 us faster at every shape.
+        // (native norm chain) t = 80 us + 2 x module SOL; module rows with the fused norm and
+        // rotary kernels faster by the chain's extra time.
         let g = load_gpu("h200_sxm").unwrap();
+        let chain = ChainFit::h200();
         let mut rows = Vec::new();
         for b in [1u64, 4, 16, 64, 256] {
             for kv in [1024u64, 4096, 16384] {
@@ -1121,7 +1124,7 @@ mod tests {
                     };
                     rows.push(row("vllm/core_kernel", 20.0 + 4.0 * core));
                     rows.push(row("vllm/module_gemm_bfloat16/K", 80.0 + 2.0 * module));
-                    rows.push(row("vllm/module_gemm_bfloat16/norm_vllm_c/K", 40.0 + 2.0 * module));
+                    rows.push(row("vllm/module_gemm_bfloat16/norm_vllm_c/K", 80.0 + 2.0 * module - chain.extra_us(&k, &g)));
                 }
             }
         }
@@ -1132,25 +1135,25 @@ mod tests {
         assert_eq!(m.default_backend, "vllm/core_kernel");
         assert!(m.bases.keys().all(|k| k == "core" || k == "all"), "{:?}", m.bases);
         let sub = &m.by_path["module"];
-        // The norm path keeps the module efficiency and fits its own latency, about 40 us
-        // lower (the plain module latency sits on the coarse floor grid, 64 us here).
-        let norm = sub.bases["module/norm_vllm_c"];
-        assert_eq!(norm.inv_efficiency, sub.bases["module"].inv_efficiency);
-        let drop = sub.bases["module"].latency_us - norm.latency_us;
-        assert!((20.0..=60.0).contains(&drop), "{:?}", sub.bases);
-        // Its one-hot category is the plain module kernel's: the path lives in the base.
+        // Both dispatches train one module base (the fused rows as the native chain times
+        // them), and one one-hot category: the dispatch lives in the chain term alone.
+        assert!(sub.bases.keys().all(|k| k == "module" || k == "all"), "{:?}", sub.bases);
         assert!(!sub.backends.iter().any(|b| b.contains("norm_")), "{:?}", sub.backends);
         // Predictions follow each row's path.
         let mut k = Kernel::new(Op::MlaDecode, Dtype::Bf16);
         (k.batch, k.kv_len, k.num_heads, k.num_kv_heads, k.head_dim) = (16, 4096, 16, 1, 576);
         let module = features::row_sol(&k, &g, "vllm/module_gemm_bfloat16/K").sol_us;
-        let p = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
-        assert!((p / (80.0 + 2.0 * module) - 1.0).abs() < 0.1, "{p} vs {}", 80.0 + 2.0 * module);
+        let native = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
+        assert!((native / (80.0 + 2.0 * module) - 1.0).abs() < 0.1, "{native} vs {}", 80.0 + 2.0 * module);
+        let extra = chain.extra_us(&k, &g);
+        assert!(extra > 20.0);
+        let fused = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/norm_vllm_c/K"));
+        assert!((fused - (native - extra)).abs() < 1e-6, "{fused} {native} {extra}");
         let core = crate::perf::sol::sol(&k, &g).sol_us;
         let p = m.predict_us(&k, &g, None);
         assert!((p / (20.0 + 4.0 * core) - 1.0).abs() < 0.1, "{p} vs {}", 20.0 + 4.0 * core);
-        // A model of module rows only, asked for the attention core (no backend named): the
-        // module time at the core's share of the module SOL, never the whole module.
+        // A model of native module rows only, asked for the attention core (no backend named):
+        // the module time at the core's share of the module SOL, never the whole module.
         let only: Vec<&Measurement> = rows.iter().filter(|r| r.backend == "vllm/module_gemm_bfloat16/K").collect();
         let mo = OpModel::fit(Op::MlaDecode, &only, &|_| &g, &FitParams::default());
         let whole = mo.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
@@ -1159,11 +1162,12 @@ mod tests {
         // Asked for a norm dispatch it never measured, that model takes the native chain's
         // extra off the plain module's time (cross-gen B200 from the other GPUs' tables).
         let fused = mo.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/norm_vllm_c/K"));
-        let extra = crate::kernels::dispatch_chain::ChainFit::h200().extra_us(&k, &g);
-        assert!(extra > 20.0 && (fused - (whole - extra)).abs() < 1e-6, "{fused} {whole} {extra}");
-        // Where the path trained, its own base answers, with no chain taken off.
-        let trained = m.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/norm_vllm_c/K"));
-        assert!((trained / (40.0 + 2.0 * module) - 1.0).abs() < 0.1, "{trained} vs {}", 40.0 + 2.0 * module);
+        assert!((fused - (whole - extra)).abs() < 1e-6, "{fused} {whole} {extra}");
+        // A model of fused-dispatch rows only prices the native module by adding the chain.
+        let fused_only: Vec<&Measurement> = rows.iter().filter(|r| r.backend.contains("norm_vllm_c")).collect();
+        let mf = OpModel::fit(Op::MlaDecode, &fused_only, &|_| &g, &FitParams::default());
+        let native_from_fused = mf.predict_us(&k, &g, Some("vllm/module_gemm_bfloat16/K"));
+        assert!((native_from_fused / (80.0 + 2.0 * module) - 1.0).abs() < 0.1, "{native_from_fused}");
     }
 
     #[test]
