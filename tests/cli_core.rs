@@ -193,3 +193,19 @@ fn one_kernel_prices_the_routing_it_is_given() {
     let (ok, _, err) = ks(&[&["kernel"][..], &shape[..], &["--moe-routing", "zipf"][..]].concat());
     assert!(!ok && err.contains("'zipf'"), "{err}");
 }
+
+#[test]
+fn one_mla_module_is_priced_for_the_norm_dispatch_it_names() {
+    // DeepSeek-V3's MLA module on the B200 at batch 1, 128 heads, 4,097 KV tokens: aiconfigurator
+    // measured 106.3 us with vLLM's fused norm and rotary kernels (its B200 tables' dispatch).
+    // Cross-gen never saw those tables: the fused dispatch is the native module less the
+    // native chain's extra launches and traffic.
+    let shape = ["--gpu", "b200_sxm", "--tier", "cross-gen", "--op", "mla_decode", "--batch", "1", "--kv-len", "4097", "--num-heads", "128", "--num-kv-heads", "1", "--head-dim", "576", "--json"];
+    let module = "vllm/module_gemm_bfloat16/FLASHINFER_MLA";
+    let fused = "vllm/module_gemm_bfloat16/norm_vllm_c_eager_surrogate/FLASHINFER_MLA";
+    let native = json(&[&["kernel"][..], &shape[..], &["--backend", module][..]].concat());
+    let named = json(&[&["kernel"][..], &shape[..], &["--backend", fused][..]].concat());
+    let (n, f) = (native["predicted_us"].as_f64().unwrap(), named["predicted_us"].as_f64().unwrap());
+    assert!(n - f > 40.0 && n - f < 80.0, "native {n} us, fused {f} us");
+    assert!((f / 106.3 - 1.0).abs() < 0.2, "fused {f} us vs 106.3 measured");
+}

@@ -53,6 +53,30 @@ struct Resolved<'a> {
     exact: bool,
     /// None: this GPU's own model.
     borrowed: Option<&'a Borrowed>,
+    /// An MLA module's norm dispatch the caller named (`/norm_<how>`): categories leave it out
+    /// (`features::backend_category`), the prediction puts it back.
+    dispatch: Option<String>,
+}
+
+impl Resolved<'_> {
+    /// The backend the model predicts with: the category, with the named dispatch inserted
+    /// before its kernel segment.
+    fn backend(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.dispatch, self.category.rsplit_once('/')) {
+            (Some(d), Some((head, kernel))) => format!("{head}/{d}/{kernel}").into(),
+            (Some(d), None) => format!("{}/{d}", self.category).into(),
+            (None, _) => self.category.into(),
+        }
+    }
+}
+
+/// A preferred library with an MLA norm dispatch segment (`/norm_<how>`) split off.
+fn split_dispatch(op: Op, pref: &str) -> (String, Option<String>) {
+    if !matches!(op, Op::MlaPrefill | Op::MlaDecode) {
+        return (pref.to_string(), None);
+    }
+    let (norm, rest): (Vec<&str>, Vec<&str>) = pref.split('/').partition(|s| s.starts_with("norm_"));
+    (rest.join("/"), norm.first().map(|n| n.to_string()))
 }
 
 impl KernelModel {
@@ -219,11 +243,12 @@ impl KernelModel {
     /// both GPUs measured (`paired_sibling_time_us`), else as `sibling_time_us` says.
     fn predict_in(&self, r: &Resolved, k: &Kernel, routing: Routing) -> f64 {
         let Some(sib) = r.borrowed.and_then(|b| b.sibling.as_ref()) else {
-            return r.model.predict_routed_us(k, &self.gpu, Some(r.category), routing);
+            return r.model.predict_routed_us(k, &self.gpu, Some(&r.backend()), routing);
         };
+        let backend = r.backend();
         self.op_model(k.op)
-            .and_then(|own| paired_sibling_time_us(r.model, own, k, &self.gpu, sib, r.category, routing))
-            .unwrap_or_else(|| sibling_time_us(r.model, k, &self.gpu, sib, r.category, routing))
+            .and_then(|own| paired_sibling_time_us(r.model, own, k, &self.gpu, sib, &backend, routing))
+            .unwrap_or_else(|| sibling_time_us(r.model, k, &self.gpu, sib, &backend, routing))
     }
 
     /// The model and category that time `op` under preference list `prefs`. Without `borrow`,
@@ -233,13 +258,18 @@ impl KernelModel {
     /// the kernel's precision (see `pick_category`).
     fn resolve<'a>(&'a self, op: Op, prefs: &[String], dtype: Dtype, borrow: bool) -> Option<Resolved<'a>> {
         let own = self.op_model(op)?;
-        let hit = |m: &'a crate::calibrate::model::OpModel, prefs: &[String], borrowed: Option<&'a Borrowed>| {
-            pick_measured(m, prefs, dtype).map(|(category, exact)| Resolved { model: m, category, exact, borrowed })
+        let split: Vec<(String, Option<String>)> = prefs.iter().map(|p| split_dispatch(op, p)).collect();
+        let hit = |m: &'a crate::calibrate::model::OpModel, prefs: &[(String, Option<String>)], borrowed: Option<&'a Borrowed>| {
+            let names: Vec<String> = prefs.iter().map(|(p, _)| p.clone()).collect();
+            pick_measured(m, &names, dtype).map(|(category, exact)| {
+                let dispatch = prefs.iter().find(|(p, _)| category.starts_with(p.as_str())).and_then(|(_, d)| d.clone());
+                Resolved { model: m, category, exact, borrowed, dispatch }
+            })
         };
         if !borrow {
-            return hit(own, prefs, None);
+            return hit(own, &split, None);
         }
-        prefs.iter().find_map(|p| {
+        split.iter().find_map(|p| {
             let one = std::slice::from_ref(p);
             hit(own, one, None).or_else(|| self.borrowed_models(op).find_map(|(m, b)| hit(m, one, Some(b))))
         })
