@@ -25,12 +25,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import time
 
 import torch
 import triton
 import triton.language as tl
+
+from collect import smi_snapshot  # microbench/collect.py: nvidia-smi clocks, power, throttle reasons
 
 Q_LORA, KV_LORA, ROPE, NOPE = 1536, 512, 64, 128
 TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -185,14 +186,6 @@ def time_chain(fn, replays):
     return statistics.median(times), min(times), max(times), reps
 
 
-def smi():
-    q = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
-    try:
-        return subprocess.check_output(["nvidia-smi", f"--query-gpu={q}", "--format=csv"], text=True)
-    except Exception as e:  # noqa: BLE001 - provenance only
-        return f"nvidia-smi failed: {e}"
-
-
 def self_test(dev):
     c = Case(37, 16, dev)
     q0 = c.q.clone()
@@ -216,7 +209,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     dev = torch.device("cuda:0")
-    smi_before = smi()
+    smi_before = smi_snapshot()
     err = self_test(dev)
     print("native vs fused max abs difference per output", err, flush=True)
     rows, failures = [], []
@@ -248,7 +241,7 @@ def main():
                 gpu=torch.cuda.get_device_name(dev), torch=torch.__version__, cuda=torch.version.cuda,
                 triton=triton.__version__, replays=args.replays, self_test_max_abs_diff=err,
                 timing="chain captured reps times in one CUDA graph, CUDA events per replay / reps, median over replays",
-                nvidia_smi_before=smi_before, nvidia_smi_after=smi(), failures=failures)
+                nvidia_smi_before=smi_before, nvidia_smi_after=smi_snapshot(), failures=failures)
     json.dump(prov, open(os.path.join(args.out, "provenance.json"), "w"), indent=1)
 
 

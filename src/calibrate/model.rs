@@ -354,7 +354,7 @@ pub(crate) fn base_key(op: Op, gpu: &GpuSpec, k: &Kernel, backend: &str) -> Stri
 /// What the native norm and rotary chain adds to an MLA module row of base key `key` measured
 /// with another dispatch (`module/<norm>`, see `features::mla_path`); 0 for every other row.
 fn dispatch_chain_us(key: &str, k: &Kernel, gpu: &GpuSpec) -> f64 {
-    if key.starts_with("module/") {
+    if matches!(k.op, Op::MlaPrefill | Op::MlaDecode) && key.starts_with("module/") {
         crate::kernels::dispatch_chain::ChainFit::h200().extra_us(k, gpu)
     } else {
         0.0
@@ -673,7 +673,11 @@ impl OpModel {
         };
         // A module row of another norm dispatch (B200's fused-kernel tables against everyone
         // else's native chain): the module as the native chain runs it, less the chain's extra.
-        let chain_us = dispatch_chain_us(&base_key(self.op, gpu, k, backend), k, gpu);
+        let chain_us = if matches!(self.op, Op::MlaPrefill | Op::MlaDecode) {
+            dispatch_chain_us(&base_key(self.op, gpu, k, backend), k, gpu)
+        } else {
+            0.0
+        };
         (base * y.exp() - chain_us).max(s.sol_us)
     }
 }
