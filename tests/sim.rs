@@ -397,3 +397,56 @@ fn kv_layouts_follow_the_models_layer_types() {
     assert_eq!(oss, KvLayout { full_groups: 1, sliding_groups: 1, sliding_cap_blocks: 8 });
     assert_eq!(KvLayout::of(&ModelConfig::load("llama-3.1-8b").unwrap(), 16), KvLayout::default());
 }
+
+/// The affine model, plus 1 ms for a step that starts on an idle engine.
+struct IdleCostsMore(sim_common::Affine);
+impl kernelsight::perf::StepTimeModel for IdleCostsMore {
+    fn step_time(&self, seqs: &[SeqWork]) -> kernelsight::perf::StepCost {
+        self.0.step_time(seqs)
+    }
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> kernelsight::perf::StepCost {
+        let mut c = self.0.step_time(seqs);
+        c.add_class("host", 1000.0);
+        c
+    }
+    fn describe(&self) -> String {
+        "affine + 1 ms from idle".into()
+    }
+}
+
+#[test]
+fn only_a_step_that_starts_on_an_idle_engine_is_timed_as_from_idle() {
+    let cfg = config(engine(Policy::Continuous), 100);
+    let model = IdleCostsMore(Default::default());
+    let mut obs = Collect::default();
+    // Request 0 alone; request 1 arrives during request 0's decode; request 2 after both ended.
+    let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0005, 100, 3), req(2, 1.0, 100, 3)];
+    kernelsight::sim::run(&cfg, &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+    let ttft = |id: u64| obs.records.iter().find(|r| r.id == id).unwrap().ttft_ms;
+    // Idle engine: prefill 300 us + 1 ms.
+    assert!(close(ttft(0), 1.300), "{}", ttft(0));
+    assert!(close(ttft(2), 1.300), "{}", ttft(2));
+    // Joins a running engine: waits for request 0's first step (to 1.3 ms), then shares a step
+    // with its decode and pays no idle cost: 100 + (2 + 1) + 200 us, ending at 1.603 ms.
+    assert!(close(ttft(1), 1.103), "{}", ttft(1));
+}
+
+#[test]
+fn async_scheduling_admits_an_arrival_one_step_late() {
+    // Request 1 arrives at 100 us, while request 0's prefill runs (0-300 us).
+    let reqs = || vec![req(0, 0.0, 100, 3), req(1, 0.0001, 100, 3)];
+    let ttft1 = |e: EngineParams| {
+        let (_, obs, _) = run(&config(e, 100), reqs(), None);
+        obs.records.iter().find(|r| r.id == 1).unwrap().ttft_ms
+    };
+    let sync = engine(Policy::Continuous);
+    assert!(!sync.async_scheduling);
+    // Synchronous: joins the next step, request 0's decode + its prefill (100 + 3 + 200 us),
+    // ending at 603 us.
+    assert!(close(ttft1(sync.clone()), 0.503), "{}", ttft1(sync.clone()));
+    // Async: the step after the prefill was formed when the prefill started, before the
+    // arrival, so it decodes request 0 alone (103 us); the prefill joins the step after that
+    // (100 + 3.01 + 200 us), ending at 706.01 us.
+    let asynchronous = EngineParams { async_scheduling: true, ..sync };
+    assert!(close(ttft1(asynchronous.clone()), 0.60601), "{}", ttft1(asynchronous));
+}

@@ -49,7 +49,7 @@ pub struct SimulateArgs {
     /// Prefix caching on/off.
     #[arg(long)]
     pub prefix_caching: Option<bool>,
-    /// vLLM's async scheduling on/off: host work of the next step overlaps the GPU's current one.
+    /// vLLM's async scheduling on/off: host work of the next step overlaps the GPU's current one (not on an idle engine), and an arrival joins the step after next.
     #[arg(long)]
     pub async_scheduling: Option<bool>,
     /// Share of GPU memory the engine may use (weights + activations + KV cache).

@@ -62,6 +62,12 @@ impl StepCost {
 /// only on the multiset of `seqs` (order-independent) and is deterministic.
 pub trait StepTimeModel: Send + Sync {
     fn step_time(&self, seqs: &[SeqWork]) -> StepCost;
+    /// A step started on an idle engine (no step in flight, none just ended). Async scheduling
+    /// prepares step n+1 while the GPU runs step n; with no step n, that host work is serial.
+    /// Models without such overlap time it as any step.
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> StepCost {
+        self.step_time(seqs)
+    }
     /// Which tier/model produced the times, for reports.
     fn describe(&self) -> String;
 }

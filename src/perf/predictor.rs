@@ -322,6 +322,12 @@ impl Predictor {
     /// The step's cost and, if it captured a new CUDA graph, what the capture involved (always
     /// None without graphs).
     pub fn step_time_and_capture(&self, seqs: &[SeqWork]) -> (StepCost, Option<CaptureLoad>) {
+        self.step_cost(seqs, self.async_scheduling)
+    }
+
+    /// `overlap_host`: the host work hides behind the GPU's step (async scheduling with a
+    /// step in flight) rather than adding to it.
+    fn step_cost(&self, seqs: &[SeqWork], overlap_host: bool) -> (StepCost, Option<CaptureLoad>) {
         let (padded, routed) = self.step_tokens(seqs);
         let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
         let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
@@ -329,7 +335,7 @@ impl Predictor {
         let load = self.step_load(seqs, launches);
         // Overlapped host work hides behind the GPU's step (and the GPU waits for it when it is
         // longer); otherwise the host's share adds to the step.
-        let wall_us = if self.async_scheduling { gpu_us.max(self.host.step_us(0.0, &load)) } else { self.host.step_us(gpu_us, &load) };
+        let wall_us = if overlap_host { gpu_us.max(self.host.step_us(0.0, &load)) } else { self.host.step_us(gpu_us, &load) };
         cost.add_class("host", wall_us - gpu_us);
         if self.register_sdpa_plan(seqs) {
             cost.add_class("host", self.host.sdpa_plan_us);
@@ -345,6 +351,10 @@ impl Predictor {
 impl StepTimeModel for Predictor {
     fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
         self.step_time_and_capture(seqs).0
+    }
+
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> StepCost {
+        self.step_cost(seqs, false).0
     }
 
     fn describe(&self) -> String {
@@ -495,6 +505,26 @@ mod tests {
         // Overlapped: shorter host work is hidden, longer host work sets the step.
         assert!((at(0.5 * gpu, true).total_us - gpu).abs() < 1e-6 * gpu);
         assert!((at(2.0 * gpu, true).total_us - 2.0 * gpu).abs() < 1e-6 * gpu);
+    }
+
+    #[test]
+    fn a_step_from_an_idle_engine_pays_its_host_work_even_with_async_scheduling() {
+        let (m, g) = llama();
+        let dep = Deployment::default();
+        let make = |per_step_us: f64, async_scheduling: bool| {
+            let engine = crate::sim::engine::EngineParams { async_scheduling, ..crate::sim::engine::EngineParams::load("vllm").unwrap() };
+            let km = super::super::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
+            let host = HostOverhead { per_step_us, ..HostOverhead::zero() };
+            Predictor::for_engine(&m, &g, &dep, km, &engine, host, 98304).unwrap()
+        };
+        let seqs = [SeqWork { new_tokens: 1, cached_tokens: 500 }; 8];
+        let gpu = make(0.0, false).step_time(&seqs).total_us;
+        let overlapped = make(0.5 * gpu, true);
+        assert!((overlapped.step_time(&seqs).total_us - gpu).abs() < 1e-6 * gpu);
+        // No step in flight to hide behind: the host's share adds.
+        assert!((overlapped.step_time_from_idle(&seqs).total_us - 1.5 * gpu).abs() < 1e-6 * gpu);
+        let serial = make(0.5 * gpu, false);
+        assert_eq!(serial.step_time(&seqs).total_us, serial.step_time_from_idle(&seqs).total_us);
     }
 
     #[test]

@@ -125,13 +125,16 @@ impl RequestSource for Listed {
 /// Decode-pool timing: a sequence entering with several new tokens carries KV computed by
 /// the prefill pool, so its step costs one decode token at its full context.
 struct ReceivedKv<'a>(&'a dyn StepTimeModel);
+
+fn as_decode(seqs: &[SeqWork]) -> Vec<SeqWork> {
+    seqs.iter().map(|s| SeqWork { new_tokens: 1, cached_tokens: s.cached_tokens + s.new_tokens - 1 }).collect()
+}
 impl StepTimeModel for ReceivedKv<'_> {
     fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
-        let mapped: Vec<SeqWork> = seqs
-            .iter()
-            .map(|s| SeqWork { new_tokens: 1, cached_tokens: s.cached_tokens + s.new_tokens - 1 })
-            .collect();
-        self.0.step_time(&mapped)
+        self.0.step_time(&as_decode(seqs))
+    }
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> StepCost {
+        self.0.step_time_from_idle(&as_decode(seqs))
     }
     fn describe(&self) -> String {
         self.0.describe()

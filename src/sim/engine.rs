@@ -138,7 +138,9 @@ pub struct EngineParams {
     pub block_growth: BlockGrowth,
     /// vLLM's `async-scheduling`: the scheduler and input preparation of step n+1 run on the
     /// host while the GPU executes step n, so a step lasts max(GPU time, host time) instead of
-    /// their sum. Off by default, as in vLLM <= 0.11's server.
+    /// their sum (a step on an idle engine has nothing to overlap), and step n+1 is formed when
+    /// step n starts, so requests arriving during step n join step n+2 (vLLM's batch queue of
+    /// two, `EngineCore.step_with_batch_queue`). Off by default, as in vLLM <= 0.11's server.
     #[serde(default)]
     pub async_scheduling: bool,
 }

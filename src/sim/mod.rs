@@ -119,9 +119,17 @@ impl Sim<'_> {
         if rep.in_flight >= pp || rep.stage_free_us > now_us {
             return Ok(());
         }
+        // Nothing running and nothing in flight: the engine was idle, whatever the clock says.
+        let was_idle = rep.in_flight == 0 && rep.running.is_empty();
+        // Async scheduling forms this step when the previous one started (vLLM's batch queue
+        // of two): arrivals since then wait for the next step. Pipelined replicas keep the
+        // synchronous rule.
+        rep.admit_arrived_by_us = if self.cfg.engine.async_scheduling && pp == 1 && !was_idle { rep.last_step_start_us } else { f64::INFINITY };
         let mut tag = rep.schedule(&mut self.rec, now_us);
         if tag.is_none() && rep.in_flight == 0 && rep.has_work() {
-            // A step that only preempted freed blocks: admission can go ahead now.
+            // A step that only preempted freed blocks: admission can go ahead now, of anything
+            // waiting (the engine holds no step to have formed this one during).
+            rep.admit_arrived_by_us = f64::INFINITY;
             tag = rep.schedule(&mut self.rec, now_us);
             if tag.is_none() {
                 bail!(
@@ -135,12 +143,13 @@ impl Sim<'_> {
             }
         }
         let Some(tag) = tag else { return Ok(()) };
-        let cost = self.model.step_time(&rep.work);
+        let cost = if was_idle { self.model.step_time_from_idle(&rep.work) } else { self.model.step_time(&rep.work) };
         let t_us = cost.total_us;
         if !(t_us > 0.0 && t_us.is_finite()) {
             bail!("the step-time model returned {t_us} us for a batch of {} sequences", rep.work.len());
         }
         let tokens: u64 = rep.work.iter().map(|w| w.new_tokens as u64).sum();
+        rep.last_step_start_us = now_us;
         self.q.push(now_us + t_us, Event::StepDone { replica: r, batch: tag });
         rep.stage_free_us = now_us + t_us / pp as f64;
         if pp > 1 {

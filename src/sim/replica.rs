@@ -21,6 +21,12 @@ pub struct Replica {
     next_batch: u32,
     /// When the first pipeline stage can take the next batch.
     pub stage_free_us: f64,
+    /// Requests that arrived after this time wait for a later step: under async scheduling a
+    /// step is formed when the one before it starts (vLLM's batch queue), so it cannot see
+    /// arrivals during that step. Infinite for synchronous engines and steps from idle.
+    pub admit_arrived_by_us: f64,
+    /// When the last step started.
+    pub last_step_start_us: f64,
     pub kick_pending: bool,
     /// The batch being formed (reused, no allocation per step).
     pub work: Vec<SeqWork>,
@@ -53,6 +59,8 @@ impl Replica {
             in_flight: 0,
             next_batch: 0,
             stage_free_us: 0.0,
+            admit_arrived_by_us: f64::INFINITY,
+            last_step_start_us: 0.0,
             kick_pending: false,
             work: Vec::new(),
             padding: Vec::new(),
@@ -207,6 +215,10 @@ impl Replica {
                 break;
             }
             let Some(front) = self.waiting.get(k) else { break };
+            if front.arrival_us > self.admit_arrived_by_us {
+                k += 1;
+                continue;
+            }
             let num_tokens = front.num_tokens();
             // Prefix-cache hits: full blocks only, never the whole sequence (at least one token
             // is computed so the step yields logits).
