@@ -22,6 +22,7 @@ about 1 ms or more), median over replays of CUDA-event time / R. Kernel counts f
 run under torch.profiler. Output: `<out>/mla_dispatch_chain.csv` and `provenance.json`.
 """
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -232,11 +233,10 @@ def main():
                 failures.append(f"T{tokens} H{heads}: {type(e).__name__}: {e}"[:300])
                 print(failures[-1], flush=True)
             torch.cuda.empty_cache()
-    cols = list(rows[0].keys())
-    with open(os.path.join(args.out, "mla_dispatch_chain.csv"), "w") as f:
-        f.write(",".join(cols) + "\n")
-        for r in rows:
-            f.write(",".join(str(r[k]) for k in cols) + "\n")
+    with open(os.path.join(args.out, "mla_dispatch_chain.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
     prov = dict(script="microbench/mla_dispatch_chain.py", date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                 gpu=torch.cuda.get_device_name(dev), torch=torch.__version__, cuda=torch.version.cuda,
                 triton=triton.__version__, replays=args.replays, self_test_max_abs_diff=err,

@@ -133,6 +133,7 @@ def main():
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is not carried
 
     import torch
+    import triton
     from vllm.entrypoints.llm import LLM
     from vllm.sampling_params import SamplingParams
     import vllm
@@ -154,6 +155,20 @@ def main():
     if a.routing_stats:
         stats = RoutingStats(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token"))
         print("routers hooked:", llm.apply_model(stats.install), flush=True)
+    prov = {"command": " ".join(sys.argv), "vllm": vllm.__version__, "torch": torch.__version__, "triton": triton.__version__,
+            "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
+            "model_config": a.model, "layers": cfg["num_hidden_layers"], "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
+            "startup_s": round(startup_s, 1), "reinit": reinit, "temperature": a.temperature, "stubbed_packages": sorted(STUBBED)}
+    try:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from collect import smi_snapshot
+        prov["nvidia_smi"] = smi_snapshot()
+    except Exception as e:  # provenance must not lose the run
+        prov["nvidia_smi"] = {"error": str(e)}
+    # Written before measuring, so every mode of the run keeps it.
+    json.dump(prov, open(os.path.join(a.out, "provenance.json"), "w"), indent=1)
+    print(json.dumps(prov)[:2000], flush=True)
+
     vocab = cfg["vocab_size"]
     g = torch.Generator().manual_seed(0)
 
@@ -223,18 +238,6 @@ def main():
             for k, c, us in rows:
                 w.writerow([item, k[:200], c, f"{us:.1f}", f"{wall:.3f}"])
             print(f"profile {item}: wall {wall:.1f} ms", flush=True)
-
-    prov = {"vllm": vllm.__version__, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-            "model_config": a.model, "layers": cfg["num_hidden_layers"], "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
-            "startup_s": round(startup_s, 1), "reinit": reinit, "temperature": a.temperature, "stubbed_packages": sorted(STUBBED)}
-    try:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from collect import smi_snapshot
-        prov["nvidia_smi"] = smi_snapshot()
-    except Exception as e:  # provenance must not lose the run
-        prov["nvidia_smi"] = {"error": str(e)}
-    json.dump(prov, open(os.path.join(a.out, "provenance.json"), "w"), indent=1)
-    print(json.dumps(prov)[:2000])
 
 
 if __name__ == "__main__":

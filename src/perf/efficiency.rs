@@ -70,11 +70,8 @@ impl Resolved<'_> {
     }
 }
 
-/// A preferred library with an MLA norm dispatch segment (`/norm_<how>`) split off.
-fn split_dispatch(op: Op, pref: &str) -> (String, Option<String>) {
-    if !matches!(op, Op::MlaPrefill | Op::MlaDecode) {
-        return (pref.to_string(), None);
-    }
+/// An MLA library with its norm dispatch segment (`/norm_<how>`) split off.
+fn split_dispatch(pref: &str) -> (String, Option<String>) {
     let (norm, rest): (Vec<&str>, Vec<&str>) = pref.split('/').partition(|s| s.starts_with("norm_"));
     (rest.join("/"), norm.first().map(|n| n.to_string()))
 }
@@ -258,20 +255,27 @@ impl KernelModel {
     /// the kernel's precision (see `pick_category`).
     fn resolve<'a>(&'a self, op: Op, prefs: &[String], dtype: Dtype, borrow: bool) -> Option<Resolved<'a>> {
         let own = self.op_model(op)?;
-        let split: Vec<(String, Option<String>)> = prefs.iter().map(|p| split_dispatch(op, p)).collect();
-        let hit = |m: &'a crate::calibrate::model::OpModel, prefs: &[(String, Option<String>)], borrowed: Option<&'a Borrowed>| {
-            let names: Vec<String> = prefs.iter().map(|(p, _)| p.clone()).collect();
-            pick_measured(m, &names, dtype).map(|(category, exact)| {
-                let dispatch = prefs.iter().find(|(p, _)| category.starts_with(p.as_str())).and_then(|(_, d)| d.clone());
+        // Only MLA module libraries can name a norm dispatch: other ops use `prefs` as given,
+        // with no copy on this per-kernel path.
+        let split;
+        let (names, dispatches): (&[String], &[Option<String>]) = if matches!(op, Op::MlaPrefill | Op::MlaDecode) {
+            split = prefs.iter().map(|p| split_dispatch(p)).unzip::<_, _, Vec<_>, Vec<_>>();
+            (&split.0, &split.1)
+        } else {
+            (prefs, &[])
+        };
+        let hit = |m: &'a crate::calibrate::model::OpModel, names: &[String], dispatches: &[Option<String>], borrowed: Option<&'a Borrowed>| {
+            pick_measured(m, names, dtype).map(|(category, exact)| {
+                let dispatch = names.iter().zip(dispatches).find(|(p, _)| category.starts_with(p.as_str())).and_then(|(_, d)| d.clone());
                 Resolved { model: m, category, exact, borrowed, dispatch }
             })
         };
         if !borrow {
-            return hit(own, &split, None);
+            return hit(own, names, dispatches, None);
         }
-        split.iter().find_map(|p| {
-            let one = std::slice::from_ref(p);
-            hit(own, one, None).or_else(|| self.borrowed_models(op).find_map(|(m, b)| hit(m, one, Some(b))))
+        (0..names.len()).find_map(|i| {
+            let (one, d) = (&names[i..=i], dispatches.get(i..=i).unwrap_or(&[]));
+            hit(own, one, d, None).or_else(|| self.borrowed_models(op).find_map(|(m, b)| hit(m, one, d, Some(b))))
         })
     }
 
