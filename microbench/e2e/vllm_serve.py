@@ -98,6 +98,9 @@ async def replay(engine, model_name, run, vocab, out, timeout_s, record=True):
     clients = int(run.get("clients") or 0)
     done = {}
     t0 = time.perf_counter()
+    # The engine core stamps its events and outputs with time.monotonic(), the front end its
+    # arrivals with time.time(): both put on the run's clock.
+    mono0, wall0 = time.monotonic(), time.time()
 
     async def one(i):
         r = rows[i]
@@ -106,13 +109,23 @@ async def replay(engine, model_name, run, vocab, out, timeout_s, record=True):
         sp = SamplingParams(max_tokens=r["output_tokens"], temperature=1.0, ignore_eos=True, detokenize=False,
                             output_kind=RequestOutputKind.DELTA, seed=i)
         arrival = time.perf_counter() - t0
-        times = []
+        times, engine_times, m = [], [], None
         async for o in engine.generate({"prompt_token_ids": prompts[i]}, sp, request_id=f"{run_id}#{i}"):
             now = time.perf_counter() - t0
+            n = len(o.outputs[0].token_ids)
             # A consumer that falls behind gets several steps' tokens in one delta: they share
-            # the time it saw them.
-            times.extend([now] * len(o.outputs[0].token_ids))
-        done[i] = (arrival, times)
+            # the time it saw them (and the engine-side time of the latest step).
+            times.extend([now] * n)
+            m = o.metrics
+            if m is not None:
+                engine_times.extend([m.last_token_ts - mono0] * n)
+        stages = None
+        if m is not None:
+            # Front end received it (input processing done), engine core queued it, first
+            # scheduled it, and produced its first token: where the time before a token goes.
+            stages = {"frontend_s": r6(m.arrival_time - wall0), "queued_s": r6(m.queued_ts - mono0),
+                      "scheduled_s": r6(m.scheduled_ts - mono0), "first_token_engine_s": r6(m.first_token_ts - mono0)}
+        done[i] = (arrival, times, engine_times, stages)
 
     async def client(queue):
         while queue:
@@ -162,9 +175,11 @@ async def replay(engine, model_name, run, vocab, out, timeout_s, record=True):
              "requested_output_tokens": r["output_tokens"], "prefix_group": r["prefix_group"],
              "prefix_tokens": r["prefix_tokens"]}
         if i in done and len(done[i][1]) == r["output_tokens"]:
-            arrival, ts = done[i]
+            arrival, ts, engine_ts, stages = done[i]
             q.update(status="finished", arrival_s=r6(arrival), first_token_s=r6(ts[0]), token_s=[r6(t) for t in ts],
                      finish_s=r6(ts[-1]), output_tokens=len(ts))
+            if stages is not None:
+                q.update(engine_stages=stages, engine_token_s=[r6(t) for t in engine_ts])
         else:
             q.update(status="missing", error="no complete answer before the run's timeout")
         append_jsonl(os.path.join(out, "requests.jsonl"), q)
