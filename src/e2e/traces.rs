@@ -1,6 +1,7 @@
-//! The H200 end-to-end traces (`calibration/traces/h200_sxm/`, transformers continuous
-//! batching): loading with consistency checks, fitting the `hf` engine's host overhead on a
-//! calibration subset of model families, and replaying every run in the simulator.
+//! The H200 end-to-end traces (`calibration/traces/h200_sxm*/`: transformers continuous batching,
+//! and vLLM's own serving engine): loading with consistency checks, fitting the `hf` engine's host
+//! overhead on a calibration subset of model families, and replaying every run in the simulator
+//! with the profile of the engine that ran it.
 
 use super::stats::{ape, quantile, ErrorStats};
 use crate::deployment::Deployment;
@@ -61,8 +62,22 @@ pub struct TraceStep {
     pub gpu_ms: Option<f64>,
 }
 
+/// The serving engine a trace was recorded with (`engine_requested.engine`; absent: transformers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceEngine {
+    /// transformers' continuous batching (`microbench/e2e/harness.py`): fits the `hf` host model.
+    Hf,
+    /// vLLM's AsyncLLM (`microbench/e2e/vllm_serve.py`): replayed with the shipped `vllm` profile
+    /// and host model, fitted on nothing here.
+    Vllm,
+}
+
 #[derive(Debug, Clone)]
 pub struct TraceRun {
+    pub engine: TraceEngine,
+    /// vLLM runs: the scheduler's sequence cap and whether async scheduling was on.
+    pub max_num_seqs: Option<u32>,
+    pub async_scheduling: Option<bool>,
     /// `call/run_id`: run ids repeat across device calls.
     pub key: String,
     pub status: String,
@@ -227,10 +242,22 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         _ => None,
     };
     let block_size = u64_field(cache, "block_size", origin)?;
+    let trace_engine = match engine.get("engine").and_then(Value::as_str) {
+        None | Some("hf") => TraceEngine::Hf,
+        Some("vllm") => TraceEngine::Vllm,
+        Some(other) => bail!("{origin}: field 'engine_requested.engine' is '{other}'; allowed: hf, vllm"),
+    };
+    let max_num_seqs = match engine.get("max_num_seqs") {
+        None | Some(Value::Null) => None,
+        Some(x) => Some(x.as_u64().filter(|&n| n >= 1 && n <= u32::MAX as u64).ok_or_else(|| anyhow!("{origin}: field 'engine_requested.max_num_seqs' must be a positive count, got {x}"))? as u32),
+    };
     // transformers caps a padded KV read at `num_pages`, the pages of every group together: a
     // sliding-window hybrid's full-attention group may hold more than one group's share.
     let kv_cap_tokens = u64_field(cache, "num_blocks", origin)? * block_size;
     Ok(TraceRun {
+        engine: trace_engine,
+        max_num_seqs,
+        async_scheduling: engine.get("async_scheduling").and_then(Value::as_bool),
         key: format!("{}/{}", v.get("call").and_then(Value::as_str).unwrap_or("?"), v.get("run_id").and_then(Value::as_str).unwrap_or("?")),
         status: v.get("status").and_then(Value::as_str).unwrap_or("?").to_string(),
         block_size: u64_field(cache, "block_size", origin)? as u32,
@@ -426,9 +453,19 @@ pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
     ])
 }
 
-/// The `hf` engine profile a run used: eager, or CUDA graphs with the run's own padding (and
-/// the profile's graph key, which the run record does not hold).
+/// The engine profile a run used, with the run's own settings: `vllm` for vLLM's runs; for
+/// transformers', `hf` eager or `hf-cudagraph` with the run's padding (and the profile's graph
+/// key, which the run record does not hold).
 fn engine_for(run: &TraceRun) -> Result<EngineParams> {
+    if run.engine == TraceEngine::Vllm {
+        let mut engine = EngineParams::load("vllm")?;
+        engine.block_size = run.block_size;
+        engine.max_num_batched_tokens = run.max_batch_tokens;
+        engine.prefix_caching = run.prefix_sharing;
+        engine.max_num_seqs = run.max_num_seqs.unwrap_or(engine.max_num_seqs);
+        engine.async_scheduling = run.async_scheduling.unwrap_or(engine.async_scheduling);
+        return Ok(engine);
+    }
     let mut engine = EngineParams::load(if run.graphs.is_some() { "hf-cudagraph" } else { "hf" })?;
     let key = engine.cuda_graphs.and_then(|g| g.seqlen_k_pow2_min);
     engine.cuda_graphs = run.graphs.map(|g| GraphPadding { seqlen_k_pow2_min: key, ..g });
@@ -475,7 +512,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     let keep = keep.unwrap_or_else(HostOverhead::zero);
     let mut rows: Vec<([f64; 4], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_none()) {
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_none()) {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
             // Every step in run order, so that each attention shape counts as new once.
             for s in run.steps.iter().filter(|s| s.num_requests > 0) {
@@ -525,7 +562,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
     let mut captures: Vec<([f64; 4], CaptureLoad, f64, f64)> = Vec::new(); // (replay features, capture load, gpu, residual)
     let mut fitted_on: Vec<&str> = Vec::new();
     for m in models.iter().filter(|m| m.fits_host()) {
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.tp == 1 && r.graphs.is_some()) {
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_some()) {
             let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
             if !fitted_on.contains(&m.label.as_str()) {
                 fitted_on.push(&m.label);
@@ -712,7 +749,7 @@ pub struct Replayed {
     pub preemptions: u64,
 }
 
-/// Replays one run with the `hf` engine and returns the predicted metrics.
+/// Replays one run with its engine's profile and returns the predicted metrics.
 pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<Replayed> {
     let p = predictor_for(&model.config, run, tier, host.clone())?;
     let engine = engine_for(run)?;
@@ -756,12 +793,14 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
 }
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
-/// communication and TP step model on top.
-pub const SPLITS: [&str; 7] =
-    ["calibration", "held-out", "held-out-tp", "host-probe-cudagraph", "calibration-cudagraph", "held-out-cudagraph", "held-out-tp-cudagraph"];
+/// communication and TP step model on top; vLLM's runs fit nothing (`vllm`).
+pub const SPLITS: [&str; 8] =
+    ["calibration", "held-out", "held-out-tp", "host-probe-cudagraph", "calibration-cudagraph", "held-out-cudagraph", "held-out-tp-cudagraph", "vllm"];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
-    if run.graphs.is_some() && run.tp > 1 {
+    if run.engine == TraceEngine::Vllm {
+        "vllm"
+    } else if run.graphs.is_some() && run.tp > 1 {
         "held-out-tp-cudagraph"
     } else if run.graphs.is_some() && m.is_host_probe() {
         "host-probe-cudagraph"
@@ -818,14 +857,21 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
         }
     }
-    let any_graphs = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_some()));
-    let any_eager = models.iter().any(|m| m.runs.iter().any(|r| r.graphs.is_none()));
+    let hf_runs = || models.iter().flat_map(|m| m.runs.iter()).filter(|r| r.engine == TraceEngine::Hf);
+    let any_graphs = hf_runs().any(|r| r.graphs.is_some());
+    let any_eager = hf_runs().any(|r| r.graphs.is_none());
+    // vLLM's runs use the shipped `vllm` host model (fitted on the public H100 rows) at every tier.
+    let host_vllm = Some(HostOverhead::for_engine("vllm")?);
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(&models, tier)?) } else { None };
         let host = if any_eager { Some(fit_host(&models, tier, host_cg.as_ref())?) } else { None };
         for m in &models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
-                let h = if run.graphs.is_some() { &host_cg } else { &host };
+                let h = match (run.engine, run.graphs.is_some()) {
+                    (TraceEngine::Vllm, _) => &host_vllm,
+                    (TraceEngine::Hf, true) => &host_cg,
+                    (TraceEngine::Hf, false) => &host,
+                };
                 let h = h.as_ref().expect("a host model for every mode with runs");
                 let Replayed { metrics: predicted, describe, preemptions } = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
@@ -850,6 +896,9 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
         if let Some(h) = host_cg {
             report.host_fits.insert(format!("{}/cudagraph", tier.as_str()), h);
         }
+        if models.iter().any(|m| m.runs.iter().any(|r| r.engine == TraceEngine::Vllm)) {
+            report.host_fits.insert(format!("{}/vllm", tier.as_str()), host_vllm.clone().expect("loaded above"));
+        }
         for split in SPLITS {
             let rows: Vec<&RunResult> = report.runs.iter().filter(|r| r.tier == tier.as_str() && r.split == split).collect();
             let per_metric = METRICS.iter().map(|&k| (k, ErrorStats::of(&rows.iter().map(|r| r.ape[k]).collect::<Vec<_>>()))).collect();
@@ -862,7 +911,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
 
 impl TracesReport {
     pub fn render(&self) -> String {
-        let mut s = String::from("H200 traces (transformers continuous batching, engine profile `hf`): APE % over runs\n");
+        let mut s = String::from("H200 traces (transformers continuous batching: engine profile `hf`; split `vllm`: vLLM 0.24 serving, profile `vllm`): APE % over runs\n");
         for (tier, host) in &self.host_fits {
             s += &format!("  host model [{tier}]: {} ({})\n", host.summary(), host.source);
         }
@@ -872,7 +921,7 @@ impl TracesReport {
         s += &format!("\n  {:<10} {:<12} {:<11} {:>5} {:>9} {:>9} {:>9}\n", "tier", "split", "metric", "runs", "median", "p90", "max");
         for (tier, splits) in &self.summary {
             for (split, metrics) in splits {
-                for (metric, e) in metrics {
+                for (metric, e) in metrics.iter().filter(|(_, e)| e.count > 0) {
                     s += &format!("  {:<10} {:<12} {:<11} {:>5} {:>9.1} {:>9.1} {:>9.1}\n", tier, split, metric, e.count, e.median_ape, e.p90_ape, e.max_ape);
                 }
             }
@@ -917,6 +966,36 @@ impl TracesReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run_record(engine: &str) -> Value {
+        serde_json::json!({
+            "run_id": "m/w", "status": "ok",
+            "engine_requested": {"engine": engine, "block_size": 16, "num_blocks": 1000, "layer_groups": 1,
+                                 "max_batch_tokens": 4096, "max_num_seqs": 64, "async_scheduling": false},
+            "cache": {"num_blocks": 1000, "block_size": 16, "max_batch_tokens": 4096, "use_prefix_sharing": true},
+            "steps": []
+        })
+    }
+
+    #[test]
+    fn a_vllm_run_replays_with_the_vllm_profile_and_its_own_settings() {
+        let run = parse_run(&run_record("vllm"), "runs.jsonl: line 1").unwrap();
+        assert_eq!(run.engine, TraceEngine::Vllm);
+        let e = engine_for(&run).unwrap();
+        assert_eq!(e.name, "vllm");
+        assert_eq!((e.block_size, e.max_num_batched_tokens, e.max_num_seqs), (16, 4096, 64));
+        assert!(e.prefix_caching && !e.async_scheduling);
+        // A record without an engine is transformers'.
+        let mut hf = run_record("vllm");
+        hf["engine_requested"].as_object_mut().unwrap().remove("engine");
+        assert_eq!(parse_run(&hf, "x").unwrap().engine, TraceEngine::Hf);
+    }
+
+    #[test]
+    fn an_unknown_trace_engine_is_an_error_naming_the_field_and_the_allowed_values() {
+        let err = parse_run(&run_record("sglang"), "runs.jsonl: line 7").unwrap_err().to_string();
+        assert!(err.contains("runs.jsonl: line 7") && err.contains("engine_requested.engine") && err.contains("hf, vllm"), "{err}");
+    }
 
     #[test]
     fn least_squares_recovers_known_coefficients() {
