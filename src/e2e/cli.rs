@@ -1,6 +1,7 @@
 //! `kernelsight validate e2e`: replays measured serving runs and reports the error per metric.
 
 use super::{silicon, step_gpu, traces};
+use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
 use crate::report::scatter::{predicted_vs_measured, Series};
 use anyhow::{Context, Result};
@@ -47,8 +48,35 @@ pub struct E2eArgs {
 pub fn run(args: E2eArgs) -> Result<()> {
     let tiers = if args.tier.is_empty() { vec![Tier::Roofline, Tier::Target, Tier::CrossGen] } else { args.tier.clone() };
     let host_dir = PathBuf::from("calibration/host");
+    // vLLM's prefill-step launch terms come from the H200 vLLM traces; the public rows then
+    // fit its per-step and per-sequence terms around them.
+    let vllm_host = if args.fit_host && !args.no_traces {
+        let mut models = Vec::new();
+        for d in &args.traces {
+            models.extend(traces::load_dir(d)?);
+        }
+        let has_vllm = models.iter().any(|m| m.runs.iter().any(|r| r.engine == traces::TraceEngine::Vllm));
+        if has_vllm {
+            let h = traces::fit_host_vllm(&models, tiers[0], &HostOverhead::for_engine("vllm")?)?;
+            eprintln!("vllm: prefill steps {:.0} us/layer with piecewise graphs, {:.0} us/layer without ({})", h.piecewise_launch_per_layer_us, h.eager_launch_per_layer_us, h.source);
+            Some(h)
+        } else {
+            None
+        }
+    } else {
+        None
+    };
+    let base = |engine: &str| match (&vllm_host, engine) {
+        (Some(h), "vllm") => Ok(h.clone()),
+        _ => HostOverhead::for_engine(engine),
+    };
+    if args.fit_host && args.no_silicon {
+        if let Some(h) = &vllm_host {
+            std::fs::write(host_dir.join("vllm.json"), serde_json::to_string_pretty(h)? + "\n")?;
+        }
+    }
     if args.fit_host && !args.no_silicon {
-        for f in silicon::fit_silicon_host(&args.silicon, tiers[0], &host_dir)? {
+        for f in silicon::fit_silicon_host(&args.silicon, tiers[0], &host_dir, &base)? {
             eprintln!(
                 "{}: {} calibration runs, {:.0} us/step + {:.1} us/seq; TPOT median APE {:.1}% -> {:.1}%",
                 f.engine, f.runs, f.host.per_step_us, f.host.per_seq_us, f.tpot_before.median_ape, f.tpot_after.median_ape

@@ -123,7 +123,7 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
                 host_lines.push(format!("[{}] {engine}: {} calibration run(s), too few to fit; shipped host file used", t.as_str(), points.len()));
                 continue;
             }
-            let f = fit::fit_engine(engine, points, t)?;
+            let f = fit::fit_engine(engine, points, t, &HostOverhead::for_engine(engine)?)?;
             host_lines.push(format!(
                 "[{}] {engine}: {:.0} us/step + {:.1} us/seq from {} calibration runs (TPOT median APE {:.1}% -> {:.1}%)",
                 t.as_str(), f.host.per_step_us, f.host.per_seq_us, f.runs, f.tpot_before.median_ape, f.tpot_after.median_ape
@@ -176,14 +176,15 @@ fn calibration_points(all_rows: &[SiliconRow]) -> BTreeMap<String, Vec<(SimPoint
 }
 
 /// Fits the host overhead of every backend that has calibration runs in `path`, against
-/// `tier`, and writes `<out_dir>/<engine>.json` (normally `calibration/host/`).
-pub fn fit_silicon_host(path: &Path, tier: Tier, out_dir: &Path) -> Result<Vec<fit::HostFit>> {
+/// `tier`, and writes `<out_dir>/<engine>.json` (normally `calibration/host/`). `base` gives
+/// each engine's terms that are not fitted here (kept as they are).
+pub fn fit_silicon_host(path: &Path, tier: Tier, out_dir: &Path, base: &dyn Fn(&str) -> Result<HostOverhead>) -> Result<Vec<fit::HostFit>> {
     let all_rows = rows::load(path, None)?;
     let by_engine = calibration_points(&all_rows);
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut fits = Vec::new();
     for (engine, points) in by_engine {
-        let f = fit::fit_engine(&engine, &points, tier)?;
+        let f = fit::fit_engine(&engine, &points, tier, &base(&engine)?)?;
         let file = out_dir.join(format!("{engine}.json"));
         let json = serde_json::to_string_pretty(&f.host)? + "\n";
         std::fs::write(&file, json).with_context(|| format!("writing {}", file.display()))?;

@@ -36,6 +36,14 @@ pub struct HostOverhead {
     /// as the engine launches them, unfused pieces counted).
     #[serde(default)]
     pub launch_per_kernel_us: f64,
+    /// Engines with piecewise compiled graphs (`EngineParams::piecewise_graph_max_tokens`):
+    /// host time per layer of a step with prefill tokens that replays the pieces (attention
+    /// launched between them), and of one too large for graphs (the compiled model run without
+    /// them). Like eager launches, the step lasts at least this long.
+    #[serde(default)]
+    pub piecewise_launch_per_layer_us: f64,
+    #[serde(default)]
+    pub eager_launch_per_layer_us: f64,
     /// Per layer and step, work the kernel graph does not list and no GPU overlap hides: the
     /// unfused eager elementwise kernels (norm pieces, rotary halves, casts, routing) a CUDA
     /// graph of an eager model replays at their launch floor.
@@ -81,6 +89,10 @@ pub struct StepLoad {
     /// Kernel launches as the engine issues them (unfused pieces counted).
     pub kernels: u64,
     pub seqs: u64,
+    /// Layers of a step that replays piecewise graphs / runs the compiled model without graphs
+    /// (`EngineParams::piecewise_graph_max_tokens`; 0 otherwise).
+    pub piecewise_layers: u64,
+    pub eager_layers: u64,
     /// Scheduled sequences x the model's KV cache layer groups.
     pub seq_groups: u64,
     /// New (query) tokens of the step.
@@ -104,6 +116,8 @@ impl Default for HostOverhead {
             per_sliding_read_token_us: 0.0,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
+            piecewise_launch_per_layer_us: 0.0,
+            eager_launch_per_layer_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
@@ -126,6 +140,8 @@ impl HostOverhead {
             per_sliding_read_token_us: 0.0,
             launch_per_layer_us: 0.0,
             launch_per_kernel_us: 0.0,
+            piecewise_launch_per_layer_us: 0.0,
+            eager_launch_per_layer_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
@@ -137,7 +153,10 @@ impl HostOverhead {
 
     /// Step wall time from the GPU time of its kernels and what the step asks of the host.
     pub fn step_us(&self, gpu_us: f64, load: &StepLoad) -> f64 {
-        let launch = self.launch_per_layer_us * load.layers as f64 + self.launch_per_kernel_us * load.kernels as f64;
+        let launch = self.launch_per_layer_us * load.layers as f64
+            + self.launch_per_kernel_us * load.kernels as f64
+            + self.piecewise_launch_per_layer_us * load.piecewise_layers as f64
+            + self.eager_launch_per_layer_us * load.eager_layers as f64;
         gpu_us.max(launch)
             + self.per_step_us
             + self.per_layer_us * load.layers as f64
@@ -175,6 +194,12 @@ impl HostOverhead {
         if self.launch_per_kernel_us > 0.0 {
             line += &format!(", eager launches {:.1} us/kernel", self.launch_per_kernel_us);
         }
+        if self.piecewise_launch_per_layer_us > 0.0 || self.eager_launch_per_layer_us > 0.0 {
+            line += &format!(
+                ", prefill steps {:.0} us/layer with piecewise graphs, {:.0} us/layer without",
+                self.piecewise_launch_per_layer_us, self.eager_launch_per_layer_us
+            );
+        }
         if self.sdpa_plan_us > 0.0 {
             line += &format!(", cuDNN SDPA plan {:.0} us per new shape", self.sdpa_plan_us);
         }
@@ -210,6 +235,8 @@ impl HostOverhead {
             ("per_sliding_read_token_us", self.per_sliding_read_token_us),
             ("launch_per_layer_us", self.launch_per_layer_us),
             ("launch_per_kernel_us", self.launch_per_kernel_us),
+            ("piecewise_launch_per_layer_us", self.piecewise_launch_per_layer_us),
+            ("eager_launch_per_layer_us", self.eager_launch_per_layer_us),
             ("per_layer_us", self.per_layer_us),
             ("graph_capture_us", self.graph_capture_us),
             ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),

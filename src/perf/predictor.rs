@@ -50,6 +50,8 @@ pub struct Predictor {
     separate_modules: bool,
     /// The host prepares step n+1 while the GPU runs step n (`EngineParams::async_scheduling`).
     async_scheduling: bool,
+    /// `EngineParams::piecewise_graph_max_tokens`.
+    piecewise_graph_max_tokens: Option<u64>,
     /// The experts library was measured with the graph's padding rows in (see `step_tokens`).
     experts_padded: bool,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
@@ -84,6 +86,7 @@ impl Predictor {
             launches_per_op: Default::default(),
             separate_modules: false,
             async_scheduling: false,
+            piecewise_graph_max_tokens: None,
             experts_padded: false,
             sdpa_plans: None,
             cache_groups: model.kv_cache_groups_by_kind(),
@@ -128,6 +131,7 @@ impl Predictor {
         p.launches_per_op.extend(measured);
         p.separate_modules = engine.separate_modules;
         p.async_scheduling = engine.async_scheduling;
+        p.piecewise_graph_max_tokens = engine.piecewise_graph_max_tokens.map(u64::from);
         p.experts_padded = experts_padded;
         // Sink models run transformers' eager math attention instead of SDPA.
         if engine.cuda_graphs.is_none() && engine.attention_impl == AttentionImpl::PackedSdpa && !model.attention_sinks {
@@ -298,12 +302,22 @@ impl Predictor {
         let read = |s: &SeqWork| s.cached_tokens as u64 + s.new_tokens as u64;
         let full_read: u64 = if full > 0 { seqs.iter().map(read).sum() } else { 0 };
         let sliding_read: u64 = if sliding > 0 { seqs.iter().map(|s| read(s).min(self.sliding_window)).sum() } else { 0 };
+        let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
+        // Compiled piecewise graphs: only a step with prefill tokens leaves the full graph.
+        let prefill = seqs.iter().any(|s| s.new_tokens > 1);
+        let (piecewise_layers, eager_layers) = match self.piecewise_graph_max_tokens {
+            Some(max) if prefill && tokens <= max => (self.model.num_layers, 0),
+            Some(_) if prefill => (0, self.model.num_layers),
+            _ => (0, 0),
+        };
         StepLoad {
+            piecewise_layers,
+            eager_layers,
             layers: self.model.num_layers,
             kernels,
             seqs: seqs.len() as u64,
             seq_groups: seqs.len() as u64 * self.cache_groups.iter().sum::<u64>().max(1),
-            tokens: seqs.iter().map(|s| s.new_tokens as u64).sum(),
+            tokens,
             full_read_tokens: full_read * full,
             sliding_read_tokens: sliding_read * sliding,
         }

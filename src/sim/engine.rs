@@ -143,6 +143,12 @@ pub struct EngineParams {
     /// two, `EngineCore.step_with_batch_queue`). Off by default, as in vLLM <= 0.11's server.
     #[serde(default)]
     pub async_scheduling: bool,
+    /// vLLM's compiled CUDA graphs (`FULL_AND_PIECEWISE`): a decode-only step replays one full
+    /// graph; a step with prefill tokens replays the model's pieces, launching attention between
+    /// them, up to this many tokens (`max_cudagraph_capture_size`), and runs the compiled model
+    /// without graphs above it. Priced by `HostOverhead::{piecewise,eager}_launch_per_layer_us`.
+    #[serde(default)]
+    pub piecewise_graph_max_tokens: Option<u32>,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.

@@ -7,7 +7,9 @@
 //! sensitivities), solve the non-negative least squares of relative TPOT error, repeat. The
 //! fit sees only TPOT: TTFT also carries queueing and prefill kernel errors that host
 //! overhead must not absorb. `per_token_us` stays 0 (collinear with per_seq in decode steps);
-//! `launch_per_layer_us` stays 0 (all three engines replay CUDA graphs in decode).
+//! `launch_per_layer_us` stays 0 (all three engines replay CUDA graphs in decode). The
+//! engine's other terms (vLLM's prefill-step launch terms, fitted on the H200 vLLM traces) are
+//! kept as given.
 
 use super::rows::SimPoint;
 use super::run::simulate;
@@ -36,8 +38,8 @@ pub struct HostFit {
     pub tpot_after: ErrorStats,
 }
 
-fn host(per_step_us: f64, per_seq_us: f64) -> HostOverhead {
-    HostOverhead { per_step_us, per_seq_us, source: String::new(), ..HostOverhead::zero() }
+fn host(base: &HostOverhead, per_step_us: f64, per_seq_us: f64) -> HostOverhead {
+    HostOverhead { per_step_us, per_seq_us, source: String::new(), ..base.clone() }
 }
 
 fn tpots(points: &[(SimPoint, f64)], tier: Tier, h: &HostOverhead) -> Result<Vec<f64>> {
@@ -73,14 +75,16 @@ pub fn nnls2(a: &[[f64; 2]], y: &[f64]) -> [f64; 2] {
     candidates.into_iter().min_by(|p, q| cost(*p).total_cmp(&cost(*q))).expect("at least the origin")
 }
 
-/// Fits `engine`'s host overhead on `points` (calibration runs with measured mean TPOT, ms).
-pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier) -> Result<HostFit> {
+/// Fits `engine`'s host overhead on `points` (calibration runs with measured mean TPOT, ms):
+/// `per_step_us` and `per_seq_us`, every other term as in `fixed`.
+pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &HostOverhead) -> Result<HostFit> {
     if points.len() < 2 {
         bail!("{engine}: {} calibration runs; at least 2 are needed to fit two parameters", points.len());
     }
     let measured: Vec<f64> = points.iter().map(|(_, m)| *m).collect();
     let apes = |pred: &[f64]| ErrorStats::of(&pred.iter().zip(&measured).map(|(p, m)| ape(*p, *m)).collect::<Vec<_>>());
     let mut x = [0.0f64; 2];
+    let host = |step: f64, seq: f64| host(fixed, step, seq);
     let mut base = tpots(points, tier, &host(0.0, 0.0))?;
     let tpot_before = apes(&base);
     for _ in 0..ITERATIONS {
@@ -113,6 +117,9 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier) -> Resul
         tpot_before.median_ape,
         tpot_after.median_ape
     );
+    if fixed.piecewise_launch_per_layer_us > 0.0 || fixed.eager_launch_per_layer_us > 0.0 {
+        h.source += &format!("; kept: {}", fixed.source);
+    }
     Ok(HostFit { engine: engine.to_string(), tier, runs: points.len(), host: h, tpot_before, tpot_after })
 }
 
