@@ -300,11 +300,11 @@ fn vllm_traces_replay_alone_with_the_shipped_vllm_host_and_beat_the_roofline() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm_vllm19");
     // No transformers runs here: no `hf` host fit is attempted (it would fail on zero steps).
     let report = validate(&[Path::new(dir)], &[Tier::Roofline, Tier::Target]).unwrap();
-    assert!(report.runs.iter().all(|r| r.split == "vllm"));
+    assert!(report.runs.iter().all(|r| r.split == "vllm-calibration" || r.split == "vllm-held-out"));
     assert!(!report.host_fits.contains_key("target") && !report.host_fits.contains_key("target/cudagraph"));
     assert_eq!(report.host_fits["target/vllm"], HostOverhead::for_engine("vllm").unwrap());
-    let tpot = |tier: &str| report.summary[tier]["vllm"]["tpot_p50"];
+    let tpot = |tier: &str| report.summary[tier]["vllm-held-out"]["tpot_p50"];
     let (target, roofline) = (tpot("target"), tpot("roofline"));
-    assert!(target.count >= 50 && target.count == roofline.count, "{} runs", target.count);
+    assert!(target.count >= 20 && target.count == roofline.count, "{} runs", target.count);
     assert!(target.median_ape < roofline.median_ape, "target {} vs roofline {}", target.median_ape, roofline.median_ape);
 }

@@ -503,6 +503,33 @@ mod tests {
     }
 
     #[test]
+    fn only_vllm_steps_with_prompt_tokens_leave_the_full_graph_and_above_the_limit_all_graphs() {
+        let (m, g) = llama();
+        let engine = crate::sim::engine::EngineParams::load("vllm").unwrap();
+        assert_eq!(engine.piecewise_graph_max_tokens, Some(512));
+        let km = super::super::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
+        let host = HostOverhead { piecewise_launch_per_layer_us: 300.0, eager_launch_per_layer_us: 600.0, ..HostOverhead::zero() };
+        let p = Predictor::for_engine(&m, &g, &Deployment::default(), km, &engine, host, 1 << 20).unwrap();
+        let layers = m.num_layers;
+        let decode = vec![SeqWork { new_tokens: 1, cached_tokens: 900 }; 64];
+        let small_prefill = [SeqWork { new_tokens: 500, cached_tokens: 0 }];
+        let mixed_large: Vec<SeqWork> = std::iter::once(SeqWork { new_tokens: 2000, cached_tokens: 0 }).chain(decode.iter().copied()).collect();
+        let kinds = |s: &[SeqWork]| {
+            let l = p.step_load(s, 0);
+            (l.piecewise_layers, l.eager_layers)
+        };
+        assert_eq!(kinds(&decode), (0, 0));
+        assert_eq!(kinds(&small_prefill), (layers, 0));
+        assert_eq!(kinds(&mixed_large), (0, layers));
+        // A tiny prefill on a small GPU load is host-bound: the step lasts the launch time.
+        let t = p.step_time_from_idle(&[SeqWork { new_tokens: 16, cached_tokens: 0 }]).total_us;
+        assert!(t >= 300.0 * layers as f64, "{t} us");
+        // The transformers profiles have no such limit.
+        let hf = crate::sim::engine::EngineParams::load("hf-cudagraph").unwrap();
+        assert_eq!(hf.piecewise_graph_max_tokens, None);
+    }
+
+    #[test]
     fn async_scheduling_hides_host_work_behind_the_gpu_step_unless_the_engine_was_idle() {
         let (m, g) = llama();
         let dep = Deployment::default();
