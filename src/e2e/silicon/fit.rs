@@ -118,7 +118,9 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &
         tpot_after.median_ape
     );
     if fixed.piecewise_launch_per_layer_us > 0.0 || fixed.eager_launch_per_layer_us > 0.0 {
-        h.source += &format!("; kept: {}", fixed.source);
+        // Where the kept terms came from: their own clause of the fixed model's source.
+        let origin = fixed.source.find("prefill-step").map_or(fixed.source.as_str(), |i| &fixed.source[i..]);
+        h.source += &format!("; kept: {origin}");
     }
     Ok(HostFit { engine: engine.to_string(), tier, runs: points.len(), host: h, tpot_before, tpot_after })
 }
