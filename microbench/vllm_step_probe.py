@@ -8,7 +8,7 @@ vLLM does not exist on the device image and the device reaches no package index,
 command that runs this first unpacks a vLLM 0.24.0 runtime carried in ignored folders (see
 `microbench/tools/vllm_runtime.sh`): its Python tree, its compiled libraries pruned to sm_90,
 and the pure-Python and small binary dependencies the device image lacks. Packages only the
-API server or telemetry use are stubbed (`StubFinder`).
+API server or telemetry use are stubbed (`vllm_stubs.py`).
 
 Outputs under --out: `timings.csv` (wall ms of 1-token generates per prompt length; ms per
 decode step per batch), `profiles.csv` (per-kernel CUDA time of one traced call per named step),
@@ -16,42 +16,13 @@ decode step per batch), `profiles.csv` (per-kernel CUDA time of one traced call 
 """
 import argparse
 import csv
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import tempfile
 import time
-import types
 
-# Only the OpenAI server, telemetry and Mistral tokenizers import these; the offline engine
-# never calls them.
-STUBBED = {"anthropic", "mcp", "sentry_sdk", "mistral_common", "pycountry", "cryptography",
-           "opentelemetry", "model_hosting_container_standards", "fastapi_cloud_cli",
-           "tvm_ffi", "xgrammar", "llguidance", "supervisor", "rignore", "fastar"}
-
-
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {"__init__": lambda self, *a, **k: None, "__call__": lambda self, *a, **k: None})
-
-
-class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = _Stub(spec.name)
-        m.__path__ = []
-        return m
-
-    def exec_module(self, module):
-        pass
+import vllm_stubs  # noqa: E402  (same folder)
 
 
 def reinit_for_timing(model):
@@ -128,7 +99,7 @@ def main():
     ap.add_argument("--reinit", type=int, default=1, help="token-dependent routing (see reinit_for_timing)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    sys.meta_path.append(StubFinder())
+    vllm_stubs.install()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is not carried
 
@@ -158,7 +129,7 @@ def main():
     prov = {"command": " ".join(sys.argv), "vllm": vllm.__version__, "torch": torch.__version__, "triton": triton.__version__,
             "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
             "model_config": a.model, "layers": cfg["num_hidden_layers"], "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
-            "startup_s": round(startup_s, 1), "reinit": reinit, "temperature": a.temperature, "stubbed_packages": sorted(STUBBED)}
+            "startup_s": round(startup_s, 1), "reinit": reinit, "temperature": a.temperature, "stubbed_packages": sorted(vllm_stubs.STUBBED)}
     try:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from collect import smi_snapshot

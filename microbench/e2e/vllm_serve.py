@@ -20,8 +20,6 @@ many requests at t=0, then each finished request's client sends the next row at 
 """
 import argparse
 import asyncio
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import signal
@@ -30,43 +28,17 @@ import sys
 import tempfile
 import time
 import traceback
-import types
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import append_jsonl, find_config, log, make_prompts, make_run_id, nvidia_smi, r6, read_workload  # noqa: E402
 
-# Packages only the OpenAI server, telemetry, structured output and Mistral tokenizers import
-# (not carried to the device). Installed at import, so a spawned engine-core process has it too.
-STUBBED = {"anthropic", "mcp", "sentry_sdk", "mistral_common", "pycountry", "cryptography",
-           "opentelemetry", "model_hosting_container_standards", "fastapi_cloud_cli",
-           "tvm_ffi", "xgrammar", "llguidance", "supervisor", "rignore", "fastar"}
+sys.path.insert(0, os.path.dirname(HERE))
+import vllm_stubs  # noqa: E402
 
-
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {"__init__": lambda self, *a, **k: None, "__call__": lambda self, *a, **k: None})
-
-
-class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        m = _Stub(spec.name)
-        m.__path__ = []
-        return m
-
-    def exec_module(self, module):
-        pass
-
-
-sys.meta_path.append(StubFinder())
+# Installed at import, so a spawned engine-core process (which re-imports this module) has it too.
+vllm_stubs.install()
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # FlashInfer is not carried
 
 BLOCK_SIZE = 16
