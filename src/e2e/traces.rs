@@ -564,7 +564,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
 /// (its per-layer launch time and fixed part fitted on what is left of those steps).
 /// Fits the `vllm` engine's prefill-step launch terms (`piecewise_launch_per_layer_us`,
 /// `eager_launch_per_layer_us`) on the vLLM runs of `VLLM_CALIBRATION_MODELS`, every other term
-/// as in `base`: a coordinate search over a grid of both (three passes) for the lowest median
+/// as in `base`: a coordinate search over a grid of both (at most three passes) for the lowest median
 /// over runs of |ln(predicted / measured)| of TTFT p50 plus that of TPOT p50. Decode-only steps
 /// replay full graphs and do not depend on them; what they price is how long a step with prompt
 /// tokens keeps the host busy.
@@ -606,15 +606,21 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
     let (mut piecewise, mut eager, mut best) = (0.0, 0.0, loss(0.0, 0.0)?);
     let start = best;
     for _ in 0..3 {
+        let before = (piecewise, eager);
         (piecewise, _) = best_on(&piecewise_grid, &|v| loss(v, eager))?;
         (eager, best) = best_on(&eager_grid, &|v| loss(piecewise, v))?;
+        // A pass that moved neither term would repeat itself exactly.
+        if (piecewise, eager) == before {
+            break;
+        }
     }
     Ok(HostOverhead {
         piecewise_launch_per_layer_us: piecewise,
         eager_launch_per_layer_us: eager,
         source: format!(
             "{}; prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3})",
-            base.source,
+            // The fit being replaced named itself after "; kept:" (`silicon::fit`).
+            base.source.split("; kept:").next().unwrap_or_default(),
             runs.len(),
             VLLM_CALIBRATION_MODELS.join(", "),
             tier.as_str(),
