@@ -308,3 +308,35 @@ fn vllm_traces_replay_alone_with_the_shipped_vllm_host_and_beat_the_roofline() {
     assert!(target.count >= 20 && target.count == roofline.count, "{} runs", target.count);
     assert!(target.median_ape < roofline.median_ape, "target {} vs roofline {}", target.median_ape, roofline.median_ape);
 }
+
+#[test]
+fn vllm_engine_timestamps_give_the_request_path_and_out_of_order_ones_are_rejected() {
+    let vllm = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_vllm19");
+    let models = load_dir(&vllm).unwrap();
+    let runs: Vec<_> = models.iter().flat_map(|m| &m.runs).collect();
+    let with_stages = runs.iter().filter(|r| r.requests.iter().all(|q| q.engine_path_s.is_some())).count();
+    assert!(with_stages >= 10, "{with_stages} runs carry engine timestamps");
+    // Client -> engine queue and engine -> client each take about a millisecond on the H200
+    // host: the path is a few milliseconds, not microseconds and not tens of milliseconds.
+    let path_us = kernelsight::e2e::traces::measured_request_path_us(&runs).unwrap();
+    assert!((1000.0..5000.0).contains(&path_us), "{path_us} us");
+    let bare: Vec<_> = models.iter().flat_map(|m| &m.runs).filter(|r| r.requests.iter().all(|q| q.engine_path_s.is_none())).collect();
+    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&bare), None);
+
+    // An engine queue time before the client sent the request is an inconsistent trace.
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("qwen3-0.6b");
+    std::fs::create_dir(&dst).unwrap();
+    for f in ["config.json", "runs.jsonl", "model.json"] {
+        std::fs::copy(vllm.join("qwen3-0.6b").join(f), dst.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(vllm.join("qwen3-0.6b/requests.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let at = lines.iter().position(|l| l.contains("engine_stages")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&lines[at]).unwrap();
+    v["engine_stages"]["queued_s"] = serde_json::json!(-1.0);
+    lines[at] = v.to_string();
+    std::fs::write(dst.join("requests.jsonl"), lines.join("\n")).unwrap();
+    let err = format!("{:#}", load_dir(dir.path()).unwrap_err());
+    assert!(err.contains(&format!("line {}", at + 1)) && err.contains("engine_stages out of order"), "{err}");
+}

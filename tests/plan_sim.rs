@@ -61,10 +61,13 @@ fn prefix_caching_off_without_sharing_gives_the_same_run() {
     let g = load_gpu("h200_sxm").unwrap();
     let m = ModelConfig::load("llama-3.1-8b").unwrap();
     let e = eval();
-    let pred = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap().with_host_overhead(e.host.clone());
     let plan = kernelsight::kernels::memory::plan(&m, &g, &Deployment::default(), on_engine.gpu_memory_utilization, 8192).unwrap();
+    let blocks = (plan.kv_capacity_tokens / on_engine.block_size as u64) as u32;
+    // The evaluator's construction: the engine's graphs and launch terms, the same host.
+    let km = kernelsight::perf::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
+    let pred = Predictor::for_engine(&m, &g, &Deployment::default(), km, &on_engine, e.host.clone(), blocks as u64 * on_engine.block_size as u64).unwrap();
     let cfg = kernelsight::sim::SimConfig {
-        num_gpu_blocks: (plan.kv_capacity_tokens / on_engine.block_size as u64) as u32,
+        num_gpu_blocks: blocks,
         engine: on_engine,
         kv_layout: Default::default(),
         max_model_len: m.max_context as u32,
@@ -99,7 +102,8 @@ fn kv_transfer_uses_nvlink_inside_a_node_and_the_network_across() {
 fn disaggregated_ttft_adds_the_transfer_and_one_decode_step() {
     // Requests 10 s apart never overlap, so every request sees an idle system:
     // colocated TTFT = one 1000-token prefill step; disaggregated TTFT = the same prefill
-    // step + KV transfer + the decode pool's first step (one token at 999 cached tokens).
+    // step + KV transfer + the decode pool's first step (one token at 999 cached tokens); both
+    // plus the request path.
     let e = eval();
     let w = workload(0.1, 20, 1000, 50);
     let colo = e.evaluate(&cand(2, 256, None), &w, 50.0).unwrap();
@@ -110,8 +114,11 @@ fn disaggregated_ttft_adds_the_transfer_and_one_decode_step() {
     let prefill_ms = pred.step_time(&[SeqWork { new_tokens: 1000, cached_tokens: 0 }]).total_us * 1e-3;
     let decode_ms = pred.step_time(&[SeqWork { new_tokens: 1, cached_tokens: 999 }]).total_us * 1e-3;
     let transfer_ms = kv_transfer_s(&e.model, &cand(2, 256, split), &g, 1000) * 1e3;
-    assert!((colo.ttft_ms.p50 / prefill_ms - 1.0).abs() < 0.01, "{} vs {prefill_ms}", colo.ttft_ms.p50);
-    let expected = prefill_ms + transfer_ms + decode_ms;
+    // Either way the answer travels the client <-> engine path once.
+    let path_ms = pred.request_path_us() * 1e-3;
+    assert!(path_ms > 0.0);
+    assert!((colo.ttft_ms.p50 / (prefill_ms + path_ms) - 1.0).abs() < 0.01, "{} vs {prefill_ms} + {path_ms}", colo.ttft_ms.p50);
+    let expected = prefill_ms + transfer_ms + decode_ms + path_ms;
     assert!((dis.ttft_ms.p50 / expected - 1.0).abs() < 0.01, "{} vs {expected}", dis.ttft_ms.p50);
     // Decoding alone in both cases: the same time per token.
     assert!((dis.tpot_ms.p50 / colo.tpot_ms.p50 - 1.0).abs() < 0.01, "{} vs {}", dis.tpot_ms.p50, colo.tpot_ms.p50);

@@ -450,3 +450,83 @@ fn async_scheduling_admits_an_arrival_one_step_late() {
     let asynchronous = EngineParams { async_scheduling: true, ..sync };
     assert!(close(ttft1(asynchronous.clone()), 0.60601), "{}", ttft1(asynchronous));
 }
+
+/// An async-scheduling engine's step as `Predictor` times it, by hand: GPU 10 us + 2 us per new
+/// token; the host launches a step with prompt tokens in 1 ms, a decode step in 100 us. A step
+/// lasts max(GPU, launch), or their sum on an idle engine; a request costs `path_us` between the
+/// client and the engine.
+struct LaunchAhead {
+    path_us: f64,
+}
+impl LaunchAhead {
+    fn cost(seqs: &[SeqWork], from_idle: bool) -> kernelsight::perf::StepCost {
+        let gpu = 10.0 + seqs.iter().map(|s| 2.0 * s.new_tokens as f64).sum::<f64>();
+        let launch = if seqs.iter().any(|s| s.new_tokens > 1) { 1000.0 } else { 100.0 };
+        let mut c = kernelsight::perf::StepCost::default();
+        c.add_class("gemm", gpu);
+        c.add_class("host", if from_idle { launch } else { (launch - gpu).max(0.0) });
+        c.launch_us = launch;
+        c
+    }
+}
+impl kernelsight::perf::StepTimeModel for LaunchAhead {
+    fn step_time(&self, seqs: &[SeqWork]) -> kernelsight::perf::StepCost {
+        Self::cost(seqs, false)
+    }
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> kernelsight::perf::StepCost {
+        Self::cost(seqs, true)
+    }
+    fn describe(&self) -> String {
+        "launch-ahead test model".into()
+    }
+    fn request_path_us(&self) -> f64 {
+        self.path_us
+    }
+}
+
+#[test]
+fn after_idle_the_first_steps_tokens_wait_for_the_next_steps_launch() {
+    let asynchronous = EngineParams { async_scheduling: true, ..engine(Policy::Continuous) };
+    // Request 1 arrives at 500 us, while the host launches request 0's prefill (0-1000 us).
+    let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0005, 100, 3)];
+    let mut obs = Collect::default();
+    let model = LaunchAhead { path_us: 0.0 };
+    kernelsight::sim::run(&config(asynchronous, 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+    let rec = |id: u64| obs.records.iter().find(|r| r.id == id).unwrap().clone();
+    // Step 1 from idle: launch 1000 + GPU 210, done at 1210 us. The host formed step 2 when it
+    // had launched step 1 (1000 us), so request 1 is in it: request 0's decode + request 1's
+    // prefill, launched 1000-2000 us, GPU 212 us, done at 1210 + max(212, 1000) = 2210 us.
+    assert!(close(rec(1).ttft_ms, 2.210 - 0.5), "{}", rec(1).ttft_ms);
+    // Request 0's first token was handed out only after step 2's launch: at 2000 us, not 1210.
+    assert!(close(rec(0).ttft_ms, 2.0), "{}", rec(0).ttft_ms);
+    assert_eq!(obs.step_starts_us[..2], [0.0, 1210.0]);
+
+    // Synchronously the same arrival joins step 2 as well, and step 1's tokens leave at its end.
+    let mut obs = Collect::default();
+    let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0005, 100, 3)];
+    kernelsight::sim::run(&config(engine(Policy::Continuous), 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+    let ttft0 = obs.records.iter().find(|r| r.id == 0).unwrap().ttft_ms;
+    assert!(close(ttft0, 1.210), "{ttft0}");
+}
+
+#[test]
+fn the_request_path_adds_to_ttft_and_e2e_not_to_token_gaps() {
+    let run_with = |path_us: f64, clients: Option<u32>| {
+        let mut obs = Collect::default();
+        let reqs: Vec<_> = (0..4).map(|i| req(i, 0.01 * i as f64, 100, 5)).collect();
+        let closed = clients.map(kernelsight::sim::ClosedLoop::clients);
+        let model = LaunchAhead { path_us };
+        kernelsight::sim::run(&config(EngineParams { async_scheduling: true, ..engine(Policy::Continuous) }, 1000), &model, &mut VecSource(reqs.into_iter()), closed, &mut obs).unwrap();
+        obs.records.sort_by_key(|r| r.id);
+        obs.records
+    };
+    let (bare, with_path) = (run_with(0.0, None), run_with(2500.0, None));
+    for (a, b) in bare.iter().zip(&with_path) {
+        assert!(close(b.ttft_ms, a.ttft_ms + 2.5) && close(b.e2e_ms, a.e2e_ms + 2.5), "{a:?} {b:?}");
+        assert!(close(b.tpot_ms.unwrap(), a.tpot_ms.unwrap()));
+        assert!(close(b.finish_s, a.finish_s + 0.0025));
+    }
+    // One closed-loop client sends again once the answer is back: 2.5 ms later per request.
+    let (bare, with_path) = (run_with(0.0, Some(1)), run_with(2500.0, Some(1)));
+    assert!(close(with_path[3].arrival_s - bare[3].arrival_s, 3.0 * 0.0025), "{} {}", with_path[3].arrival_s, bare[3].arrival_s);
+}

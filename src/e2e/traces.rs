@@ -52,6 +52,9 @@ pub struct TraceRequest {
     /// Times the engine evicted the request's KV and recomputed it (transformers' soft reset);
     /// None in traces recorded before the harness counted them.
     pub soft_resets: Option<u32>,
+    /// vLLM traces with the engine core's own timestamps (`engine_stages`): seconds from the
+    /// client's send to the engine queue, and from the engine's first token to the client's.
+    pub engine_path_s: Option<[f64; 2]>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +182,21 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
     if token_s.windows(2).any(|w| w[1] < w[0]) || finish_s < first_token_s {
         bail!("{origin}: token timestamps decrease");
     }
+    let engine_path_s = match v.get("engine_stages") {
+        None | Some(Value::Null) => None,
+        Some(stages) => {
+            let at = |field: &str| {
+                stages.get(field).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: field 'engine_stages.{field}' missing or not a number of seconds"))
+            };
+            let (queued_s, engine_first_s) = (at("queued_s")?, at("first_token_engine_s")?);
+            if queued_s < arrival_s || engine_first_s < queued_s || engine_first_s > first_token_s {
+                bail!(
+                    "{origin}: engine_stages out of order: arrival {arrival_s:.6} s <= queued_s {queued_s:.6} s <= first_token_engine_s {engine_first_s:.6} s <= first_token_s {first_token_s:.6} s must hold"
+                );
+            }
+            Some([queued_s - arrival_s, first_token_s - engine_first_s])
+        }
+    };
     let output_tokens = u64_field(v, "output_tokens", origin)? as u32;
     if output_tokens as usize != token_s.len() {
         bail!("{origin}: output_tokens = {output_tokens} but {} token times", token_s.len());
@@ -196,6 +214,7 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
             None | Some(Value::Null) => None,
             Some(x) => Some(x.as_u64().filter(|&n| n <= u32::MAX as u64).ok_or_else(|| anyhow!("{origin}: field 'soft_resets' must be a count of evictions, got {x}"))? as u32),
         },
+        engine_path_s,
     })
 }
 
@@ -562,12 +581,28 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
 /// (fitted by least absolute deviations on those steps' residual over the predicted GPU time),
 /// a step that captures a new graph adds `HostOverhead::capture_extra_us`
 /// (its per-layer launch time and fixed part fitted on what is left of those steps).
+/// The client <-> engine path of a request (`HostOverhead::request_path_us`) as the runs'
+/// engine timestamps show it: the median, over runs, of the time the run's first request took
+/// from its send to the engine queue (the engine idle, so no step in the way), plus the median
+/// over requests of the time from the engine's first token to the client's. None when no run
+/// carries engine timestamps.
+pub fn measured_request_path_us(runs: &[&TraceRun]) -> Option<f64> {
+    let firsts: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.requests.iter().min_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s)))
+        .filter_map(|q| q.engine_path_s.map(|p| p[0]))
+        .collect();
+    let outs: Vec<f64> = runs.iter().flat_map(|r| &r.requests).filter_map(|q| q.engine_path_s.map(|p| p[1])).collect();
+    (!firsts.is_empty()).then(|| (quantile(&firsts, 0.5) + quantile(&outs, 0.5)) * 1e6)
+}
+
 /// Fits the `vllm` engine's prefill-step launch terms (`piecewise_launch_per_layer_us`,
 /// `eager_launch_per_layer_us`) on the vLLM runs of `VLLM_CALIBRATION_MODELS`, every other term
-/// as in `base`: a coordinate search over a grid of both (at most three passes) for the lowest median
+/// as in `base`: a grid search over both (coarse, then finer around the best) for the lowest median
 /// over runs of |ln(predicted / measured)| of TTFT p50 plus that of TPOT p50. Decode-only steps
 /// replay full graphs and do not depend on them; what they price is how long a step with prompt
-/// tokens keeps the host busy.
+/// tokens keeps the host busy. The request path is set first, from the runs' engine timestamps
+/// (`measured_request_path_us`) where they have them.
 pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> Result<HostOverhead> {
     let runs: Vec<(&TraceModel, &TraceRun)> = models
         .iter()
@@ -578,6 +613,10 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
         bail!("only {} vLLM calibration runs ({}); need at least 4", runs.len(), VLLM_CALIBRATION_MODELS.join(", "));
     }
     let measured: Vec<BTreeMap<&'static str, f64>> = runs.iter().map(|(_, r)| measured_metrics(r)).collect();
+    // The request path is measured, not fitted: the engine's own timestamps say what it is.
+    let run_refs: Vec<&TraceRun> = runs.iter().map(|(_, r)| *r).collect();
+    let path_us = measured_request_path_us(&run_refs);
+    let base = &HostOverhead { request_path_us: path_us.unwrap_or(base.request_path_us), ..base.clone() };
     let loss = |piecewise: f64, eager: f64| -> Result<f64> {
         use rayon::prelude::*;
         let h = HostOverhead { piecewise_launch_per_layer_us: piecewise, eager_launch_per_layer_us: eager, ..base.clone() };
@@ -591,41 +630,39 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
             .collect::<Result<_>>()?;
         Ok(quantile(&errs, 0.5))
     };
-    let piecewise_grid: Vec<f64> = (0..=24).map(|i| 25.0 * i as f64).collect();
-    let eager_grid: Vec<f64> = (0..=30).map(|i| 50.0 * i as f64).collect();
-    let best_on = |grid: &[f64], at: &dyn Fn(f64) -> Result<f64>| -> Result<(f64, f64)> {
-        let mut best = (grid[0], f64::INFINITY);
-        for &v in grid {
-            let l = at(v)?;
-            if l < best.1 {
-                best = (v, l);
+    // Every pair on a coarse grid, then every pair on a finer one around the best: the answer
+    // does not depend on where a search started (a coordinate search did, by 0.01 in loss).
+    let best_of = |pairs: Vec<(f64, f64)>| -> Result<(f64, f64, f64)> {
+        let mut best = (0.0, 0.0, f64::INFINITY);
+        for (p, e) in pairs {
+            let l = loss(p, e)?;
+            if l < best.2 {
+                best = (p, e, l);
             }
         }
         Ok(best)
     };
-    let (mut piecewise, mut eager, mut best) = (0.0, 0.0, loss(0.0, 0.0)?);
-    let start = best;
-    for _ in 0..3 {
-        let before = (piecewise, eager);
-        (piecewise, _) = best_on(&piecewise_grid, &|v| loss(v, eager))?;
-        (eager, best) = best_on(&eager_grid, &|v| loss(piecewise, v))?;
-        // A pass that moved neither term would repeat itself exactly.
-        if (piecewise, eager) == before {
-            break;
-        }
-    }
+    let start = loss(0.0, 0.0)?;
+    let coarse = (0..=12).flat_map(|i| (0..=15).map(move |j| (50.0 * i as f64, 100.0 * j as f64)));
+    let (p0, e0, _) = best_of(coarse.collect())?;
+    let fine = (-2..=2).flat_map(|i| (-2..=2).map(move |j| (p0 + 25.0 * i as f64, e0 + 50.0 * j as f64)));
+    let (piecewise, eager, best) = best_of(fine.filter(|&(p, e)| p >= 0.0 && e >= 0.0).collect())?;
     Ok(HostOverhead {
         piecewise_launch_per_layer_us: piecewise,
         eager_launch_per_layer_us: eager,
         source: format!(
-            "{}; prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3})",
+            "{}; prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
             // The fit being replaced named itself after "; kept:" (`silicon::fit`).
             base.source.split("; kept:").next().unwrap_or_default(),
             runs.len(),
             VLLM_CALIBRATION_MODELS.join(", "),
             tier.as_str(),
             start,
-            best
+            best,
+            match path_us {
+                Some(v) => format!(", request path {v:.0} us measured from their engine timestamps"),
+                None => String::new(),
+            }
         ),
         ..base.clone()
     })

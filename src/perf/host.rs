@@ -67,6 +67,12 @@ pub struct HostOverhead {
     /// shapes are padded and the build is part of a capture.
     #[serde(default)]
     pub sdpa_plan_us: f64,
+    /// Per request, the path between the client and the engine core and back (API server,
+    /// tokenizer, IPC, detokenizer): added to TTFT and end-to-end latency, not to inter-token
+    /// gaps (`StepTimeModel::request_path_us`). Measured, not fitted, where traces carry the
+    /// engine's own timestamps (`traces::measured_request_path_us`).
+    #[serde(default)]
+    pub request_path_us: f64,
     /// Where the figures come from.
     #[serde(default)]
     pub source: String,
@@ -123,6 +129,7 @@ impl Default for HostOverhead {
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
+            request_path_us: 0.0,
             source: "default placeholder (not fitted)".into(),
         }
     }
@@ -147,6 +154,7 @@ impl HostOverhead {
             graph_capture_per_kernel_us: 0.0,
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
+            request_path_us: 0.0,
             source: "none".into(),
         }
     }
@@ -203,6 +211,9 @@ impl HostOverhead {
         if self.sdpa_plan_us > 0.0 {
             line += &format!(", cuDNN SDPA plan {:.0} us per new shape", self.sdpa_plan_us);
         }
+        if self.request_path_us > 0.0 {
+            line += &format!(", client <-> engine path {:.0} us per request", self.request_path_us);
+        }
         if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
             line += &format!(
                 ", CUDA-graph capture {:.0} us + {:.1} us/kernel + {:.1} us/M-activations",
@@ -242,6 +253,7 @@ impl HostOverhead {
             ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
             ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
             ("sdpa_plan_us", self.sdpa_plan_us),
+            ("request_path_us", self.request_path_us),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");

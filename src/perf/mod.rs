@@ -28,6 +28,11 @@ pub struct StepCost {
     pub elementwise_us: f64,
     pub communication_us: f64,
     pub host_us: f64,
+    /// Host time to schedule and launch this step by itself (part of `total_us`): under async
+    /// scheduling it runs while the GPU works on the step before, which is what the simulator
+    /// needs at the first step after idle (`sim::Replica::pipeline_fill`). 0 without host terms.
+    #[serde(skip)]
+    pub launch_us: f64,
 }
 
 impl StepCost {
@@ -70,6 +75,12 @@ pub trait StepTimeModel: Send + Sync {
     }
     /// Which tier/model produced the times, for reports.
     fn describe(&self) -> String;
+    /// Time a request spends between the client and the engine core, in and out (API server,
+    /// tokenizer, IPC, detokenizer): added to its TTFT and end-to-end latency and to a
+    /// closed-loop client's turnaround, not to the gaps between its tokens.
+    fn request_path_us(&self) -> f64 {
+        0.0
+    }
 }
 
 /// Which kernel-time model a prediction uses.

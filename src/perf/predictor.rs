@@ -349,8 +349,10 @@ impl Predictor {
         let load = self.step_load(seqs, launches);
         // Overlapped host work hides behind the GPU's step (and the GPU waits for it when it is
         // longer); otherwise the host's share adds to the step.
-        let wall_us = if overlap_host { gpu_us.max(self.host.step_us(0.0, &load)) } else { self.host.step_us(gpu_us, &load) };
+        let launch_us = self.host.step_us(0.0, &load);
+        let wall_us = if overlap_host { gpu_us.max(launch_us) } else { self.host.step_us(gpu_us, &load) };
         cost.add_class("host", wall_us - gpu_us);
+        cost.launch_us = launch_us;
         if self.register_sdpa_plan(seqs) {
             cost.add_class("host", self.host.sdpa_plan_us);
         }
@@ -373,6 +375,10 @@ impl StepTimeModel for Predictor {
 
     fn describe(&self) -> String {
         self.kernel_model.describe()
+    }
+
+    fn request_path_us(&self) -> f64 {
+        self.host.request_path_us
     }
 }
 

@@ -139,6 +139,24 @@ impl StepTimeModel for ReceivedKv<'_> {
     fn describe(&self) -> String {
         self.0.describe()
     }
+    fn request_path_us(&self) -> f64 {
+        self.0.request_path_us()
+    }
+}
+
+/// The prefill pool of a disaggregated deployment hands its requests to the decode pool, not to
+/// the clients: no client path there (the decode pool's answers carry it).
+struct InsidePool<'a>(&'a dyn StepTimeModel);
+impl StepTimeModel for InsidePool<'_> {
+    fn step_time(&self, seqs: &[SeqWork]) -> StepCost {
+        self.0.step_time(seqs)
+    }
+    fn step_time_from_idle(&self, seqs: &[SeqWork]) -> StepCost {
+        self.0.step_time_from_idle(seqs)
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
 }
 
 impl SimEvaluator {
@@ -229,7 +247,7 @@ impl SimEvaluator {
         let mut share = PrefillShare { inner: workload.build()?, outputs: HashMap::new() };
         let mut done = Watch { keep: true, ..Watch::default() };
         let cfg = self.config(engine.clone(), blocks, prefill, c.dep.pp);
-        sim::run(&cfg, &pred, &mut share, None, &mut done).context("prefill pool")?;
+        sim::run(&cfg, &InsidePool(&pred), &mut share, None, &mut done).context("prefill pool")?;
         check_rejections(&done.rejected).context("prefill pool")?;
         // Decode pool: each request arrives once its KV has landed.
         let mut arrivals: Vec<(f64, RequestRecord)> =

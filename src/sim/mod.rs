@@ -22,7 +22,7 @@ use anyhow::{bail, Result};
 use engine::EngineParams;
 use events::{Event, EventQueue};
 use record::{Recorder, RequestRecord, SimObserver, StepRecord};
-use replica::Replica;
+use replica::{PipelineFill, Replica};
 use request::Req;
 use router::{Router, RouterKind};
 
@@ -121,10 +121,16 @@ impl Sim<'_> {
         }
         // Nothing running and nothing in flight: the engine was idle, whatever the clock says.
         let was_idle = rep.in_flight == 0 && rep.running.is_empty();
+        let async_pipeline = self.cfg.engine.async_scheduling && pp == 1;
+        let fill = rep.pipeline_fill.take().filter(|_| !was_idle);
         // Async scheduling forms this step when the previous one started (vLLM's batch queue
-        // of two): arrivals since then wait for the next step. Pipelined replicas keep the
-        // synchronous rule.
-        rep.admit_arrived_by_us = if self.cfg.engine.async_scheduling && pp == 1 && !was_idle { rep.last_step_start_us } else { f64::INFINITY };
+        // of two), or after a step from idle when the host finished launching that one:
+        // arrivals since then wait for the next step. Pipelined replicas keep the synchronous rule.
+        rep.admit_arrived_by_us = match fill {
+            _ if !async_pipeline || was_idle => f64::INFINITY,
+            Some(f) => f.launch_end_us,
+            None => rep.last_step_start_us,
+        };
         let mut tag = rep.schedule(&mut self.rec, now_us);
         if tag.is_none() && rep.in_flight == 0 && rep.has_work() {
             // A step that only preempted freed blocks: admission can go ahead now, of anything
@@ -147,6 +153,16 @@ impl Sim<'_> {
         let t_us = cost.total_us;
         if !(t_us > 0.0 && t_us.is_finite()) {
             bail!("the step-time model returned {t_us} us for a batch of {} sequences", rep.work.len());
+        }
+        if let Some(f) = fill {
+            // The step from idle handed its tokens out once this step was launched.
+            let delay_us = f.launch_end_us + cost.launch_us - f.done_us;
+            if delay_us > 0.0 {
+                rep.delay_tokens_out_at(f.done_us, delay_us);
+            }
+        }
+        if async_pipeline && was_idle {
+            rep.pipeline_fill = Some(PipelineFill { launch_end_us: now_us + cost.launch_us, done_us: now_us + t_us });
         }
         let tokens: u64 = rep.work.iter().map(|w| w.new_tokens as u64).sum();
         rep.last_step_start_us = now_us;
@@ -196,7 +212,17 @@ pub fn run(
     obs: &mut dyn SimObserver,
 ) -> Result<Outcome> {
     cfg.validate()?;
-    let replicas = (0..cfg.dp).map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout)).collect();
+    let request_path_us = model.request_path_us();
+    if !(request_path_us >= 0.0 && request_path_us.is_finite()) {
+        bail!("the step-time model's request path must be a finite number of microseconds >= 0, got {request_path_us}");
+    }
+    let replicas = (0..cfg.dp)
+        .map(|i| {
+            let mut r = Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout);
+            r.request_path_us = request_path_us;
+            r
+        })
+        .collect();
     let mut sim = Sim {
         cfg,
         model,
@@ -291,7 +317,8 @@ pub fn run(
                 obs.on_request(&r)?;
                 if let Some(c) = closed {
                     if let Some(spec) = source.next_request()? {
-                        sim.q.push(now_us + c.turnaround_us, Event::Arrival { spec, client: r.client });
+                        // The client sends again after it got the answer, back through the path.
+                        sim.q.push(now_us + model.request_path_us() + c.turnaround_us, Event::Arrival { spec, client: r.client });
                     }
                 }
             }

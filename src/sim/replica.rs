@@ -27,6 +27,12 @@ pub struct Replica {
     pub admit_arrived_by_us: f64,
     /// When the last step started.
     pub last_step_start_us: f64,
+    /// Async scheduling, after a step started on an idle engine: its host work had nothing to
+    /// hide behind, so the pipeline fills (`PipelineFill`). None otherwise.
+    pub pipeline_fill: Option<PipelineFill>,
+    /// `StepTimeModel::request_path_us`: client <-> engine time added to each request's TTFT
+    /// and end-to-end latency.
+    pub request_path_us: f64,
     pub kick_pending: bool,
     /// The batch being formed (reused, no allocation per step).
     pub work: Vec<SeqWork>,
@@ -39,6 +45,17 @@ pub struct Replica {
     starved: Vec<(usize, u32)>,
     /// `Policy::DecodeFirst`: an eviction holds admissions until a request finishes.
     hold_admission: bool,
+}
+
+/// The first step after idle under async scheduling (vLLM's batch queue of two): the host
+/// launches it (until `launch_end_us`), then forms and launches the next step from everything
+/// that arrived meanwhile, and only then hands out the first step's tokens, so they reach the
+/// clients after the second step's launch (`EngineCore.step_with_batch_queue`).
+#[derive(Debug, Clone, Copy)]
+pub struct PipelineFill {
+    pub launch_end_us: f64,
+    /// When the first step's tokens came out of the GPU (its `StepDone`).
+    pub done_us: f64,
 }
 
 #[inline]
@@ -61,6 +78,8 @@ impl Replica {
             stage_free_us: 0.0,
             admit_arrived_by_us: f64::INFINITY,
             last_step_start_us: 0.0,
+            pipeline_fill: None,
+            request_path_us: 0.0,
             kick_pending: false,
             work: Vec::new(),
             padding: Vec::new(),
@@ -426,8 +445,8 @@ impl Replica {
                 if self.params.pad_finished {
                     self.padding.push(req.computed);
                 }
-                let e2e_ms = (now_us - req.arrival_us) * 1e-3;
-                let ttft_ms = (req.first_token_us - req.arrival_us) * 1e-3;
+                let e2e_ms = (now_us + self.request_path_us - req.arrival_us) * 1e-3;
+                let ttft_ms = (req.first_token_us + self.request_path_us - req.arrival_us) * 1e-3;
                 rec.output_tokens += req.output as u64;
                 rec.finish(RequestRecord {
                     id: req.id,
@@ -440,7 +459,7 @@ impl Replica {
                     ttft_ms,
                     tpot_ms: (req.output > 1).then(|| (e2e_ms - ttft_ms) / (req.output - 1) as f64),
                     e2e_ms,
-                    finish_s: now_s,
+                    finish_s: (now_us + self.request_path_us) * 1e-6,
                     preemptions: req.preemptions,
                     rejected: None,
                     client: req.client,
@@ -456,6 +475,18 @@ impl Replica {
         let b = rec.series.at(now_s);
         b.output_tokens += out_tokens;
         b.prompt_tokens += prompt_tokens;
+    }
+
+    /// Moves the tokens that came out at `done_us` (a pipeline-filling step's) to `done_us +
+    /// delay_us`, when the engine handed them out. Requests that already finished with that
+    /// token (one-token answers) keep their record.
+    pub fn delay_tokens_out_at(&mut self, done_us: f64, delay_us: f64) {
+        for r in self.running.iter_mut().filter(|r| r.last_token_us == done_us) {
+            if r.first_token_us == done_us {
+                r.first_token_us += delay_us;
+            }
+            r.last_token_us += delay_us;
+        }
     }
 
     /// Pages a request needs for its whole life under the engine's block growth.

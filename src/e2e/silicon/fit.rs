@@ -117,7 +117,7 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &
         tpot_before.median_ape,
         tpot_after.median_ape
     );
-    if fixed.piecewise_launch_per_layer_us > 0.0 || fixed.eager_launch_per_layer_us > 0.0 {
+    if fixed.piecewise_launch_per_layer_us > 0.0 || fixed.eager_launch_per_layer_us > 0.0 || fixed.request_path_us > 0.0 {
         // Where the kept terms came from: their own clause of the fixed model's source.
         let origin = fixed.source.find("prefill-step").map_or(fixed.source.as_str(), |i| &fixed.source[i..]);
         h.source += &format!("; kept: {origin}");
