@@ -50,11 +50,14 @@ pub fn run(args: E2eArgs) -> Result<()> {
     let host_dir = PathBuf::from("calibration/host");
     // vLLM's prefill-step launch terms come from the H200 vLLM traces; the public rows then
     // fit its per-step and per-sequence terms around them.
-    let vllm_host = if args.fit_host && !args.no_traces {
-        let mut models = Vec::new();
+    // Loaded once: the vLLM fit, the replays and the step comparison all read them.
+    let mut models = Vec::new();
+    if !args.no_traces {
         for d in &args.traces {
             models.extend(traces::load_dir(d)?);
         }
+    }
+    let vllm_host = if args.fit_host && !args.no_traces {
         let has_vllm = models.iter().any(|m| m.runs.iter().any(|r| r.engine == traces::TraceEngine::Vllm));
         if has_vllm {
             let h = traces::fit_host_vllm(&models, tiers[0], &HostOverhead::for_engine("vllm")?)?;
@@ -83,21 +86,8 @@ pub fn run(args: E2eArgs) -> Result<()> {
             );
         }
     }
-    let traces_report = if args.no_traces {
-        None
-    } else {
-        let dirs: Vec<&std::path::Path> = args.traces.iter().map(PathBuf::as_path).collect();
-        Some(traces::validate(&dirs, &tiers)?)
-    };
-    let step_rows = if args.no_traces || !args.step_profile.is_dir() {
-        None
-    } else {
-        let mut models = Vec::new();
-        for d in &args.traces {
-            models.extend(traces::load_dir(d)?);
-        }
-        Some(step_gpu::validate(&args.step_profile, &models, &tiers)?)
-    };
+    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers)?) };
+    let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit)?) };
     if args.json {
         let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h100_public": silicon_report });

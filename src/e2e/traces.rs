@@ -971,9 +971,14 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
+    validate_models(&models, tiers)
+}
+
+/// `validate` on traces already loaded.
+pub fn validate_models(models: &[TraceModel], tiers: &[Tier]) -> Result<TracesReport> {
     let mut report =
         TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
-    for m in &models {
+    for m in models {
         for r in m.runs.iter().filter(|r| r.status != "ok") {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
         }
@@ -984,9 +989,9 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     // vLLM's runs use the shipped `vllm` host model (fitted on the public H100 rows) at every tier.
     let host_vllm = Some(HostOverhead::for_engine("vllm")?);
     for &tier in tiers {
-        let host_cg = if any_graphs { Some(fit_host_cudagraph(&models, tier)?) } else { None };
-        let host = if any_eager { Some(fit_host(&models, tier, host_cg.as_ref())?) } else { None };
-        for m in &models {
+        let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
+        let host = if any_eager { Some(fit_host(models, tier, host_cg.as_ref())?) } else { None };
+        for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = match (run.engine, run.graphs.is_some()) {
                     (TraceEngine::Vllm, _) => &host_vllm,
