@@ -340,3 +340,53 @@ fn vllm_engine_timestamps_give_the_request_path_and_out_of_order_ones_are_reject
     let err = format!("{:#}", load_dir(dir.path()).unwrap_err());
     assert!(err.contains(&format!("line {}", at + 1)) && err.contains("engine_stages out of order"), "{err}");
 }
+
+#[test]
+fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() {
+    // Five short Qwen3-0.6B runs: two single-request closed loops and three bursts, one of them
+    // of 2,048-token prompts (steps too large for the piecewise graphs).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_vllm19/qwen3-0.6b");
+    let keep = [
+        ("2026-12-02T19:30:25Z", "qwen3-0.6b/closed_i512_o64_n80_fixed/closed1/first5"),
+        ("2026-12-02T19:42:17Z", "qwen3-0.6b/closed_i512_o64_n80_fixed/closed1/first5"),
+        ("2026-12-02T19:30:25Z", "qwen3-0.6b/grid_i512_o128_c8"),
+        ("2026-12-02T19:42:17Z", "qwen3-0.6b/grid_i128_o128_c8"),
+        ("2026-12-02T19:42:17Z", "qwen3-0.6b/grid_i2048_o64_c8"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("qwen3-0.6b");
+    std::fs::create_dir(&dst).unwrap();
+    for f in ["config.json", "model.json"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    for f in ["runs.jsonl", "requests.jsonl"] {
+        let text = std::fs::read_to_string(src.join(f)).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                keep.contains(&(v["call"].as_str().unwrap(), v["run_id"].as_str().unwrap()))
+            })
+            .collect();
+        std::fs::write(dst.join(f), kept.join("\n")).unwrap();
+    }
+    let models = load_dir(dir.path()).unwrap();
+    assert_eq!(models[0].runs.len(), 5);
+    let shipped = HostOverhead::for_engine("vllm").unwrap();
+    let from = |piecewise: f64, eager: f64| {
+        let start = HostOverhead { piecewise_launch_per_layer_us: piecewise, eager_launch_per_layer_us: eager, request_path_us: 0.0, ..shipped.clone() };
+        kernelsight::e2e::traces::fit_host_vllm(&models, Tier::Roofline, &start).unwrap()
+    };
+    let (a, b) = (from(0.0, 0.0), from(900.0, 1400.0));
+    assert_eq!((a.piecewise_launch_per_layer_us, a.eager_launch_per_layer_us), (b.piecewise_launch_per_layer_us, b.eager_launch_per_layer_us));
+    // Points of the fine grid (25 us x 50 us steps).
+    assert_eq!(a.piecewise_launch_per_layer_us % 25.0, 0.0);
+    assert_eq!(a.eager_launch_per_layer_us % 50.0, 0.0);
+    // Bursts of prompts need host time on their prompt steps, with and without graphs.
+    assert!(a.piecewise_launch_per_layer_us > 0.0 && a.eager_launch_per_layer_us > 0.0, "{a:?}");
+    // The request path is taken from the runs' engine timestamps, not searched.
+    let runs: Vec<_> = models[0].runs.iter().collect();
+    assert_eq!(Some(a.request_path_us), kernelsight::e2e::traces::measured_request_path_us(&runs));
+    // Every other term is the starting model's.
+    assert_eq!((a.per_step_us, a.per_seq_us), (shipped.per_step_us, shipped.per_seq_us));
+}
