@@ -574,13 +574,6 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     })
 }
 
-/// Fits the CUDA-graph `hf` host model on the host-calibration runs' CUDA-graph steps (the
-/// calibration families and the host probes), stepping through each run's logged steps in order:
-/// a step whose padded shape was already captured costs `GPU + per_layer x layers + per_step +
-/// per_seq_cache_group x sequences x groups + per token of KV read per full / sliding group`
-/// (fitted by least absolute deviations on those steps' residual over the predicted GPU time),
-/// a step that captures a new graph adds `HostOverhead::capture_extra_us`
-/// (its per-layer launch time and fixed part fitted on what is left of those steps).
 /// The client <-> engine path of a request (`HostOverhead::request_path_us`) as the runs'
 /// engine timestamps show it: the median, over runs, of the time the run's first request took
 /// from its send to the engine queue (the engine idle, so no step in the way), plus the median
@@ -668,6 +661,13 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
     })
 }
 
+/// Fits the CUDA-graph `hf` host model on the host-calibration runs' CUDA-graph steps (the
+/// calibration families and the host probes), stepping through each run's logged steps in order:
+/// a step whose padded shape was already captured costs `GPU + per_layer x layers + per_step +
+/// per_seq_cache_group x sequences x groups + per token of KV read per full / sliding group`
+/// (fitted by least absolute deviations on those steps' residual over the predicted GPU time),
+/// a step that captures a new graph adds `HostOverhead::capture_extra_us`
+/// (its per-layer launch time and fixed part fitted on what is left of those steps).
 pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverhead> {
     let mut replays: Vec<([f64; 4], f64)> = Vec::new();
     let mut captures: Vec<([f64; 4], CaptureLoad, f64, f64)> = Vec::new(); // (replay features, capture load, gpu, residual)

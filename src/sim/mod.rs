@@ -217,11 +217,7 @@ pub fn run(
         bail!("the step-time model's request path must be a finite number of microseconds >= 0, got {request_path_us}");
     }
     let replicas = (0..cfg.dp)
-        .map(|i| {
-            let mut r = Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout);
-            r.request_path_us = request_path_us;
-            r
-        })
+        .map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout, request_path_us))
         .collect();
     let mut sim = Sim {
         cfg,
@@ -318,7 +314,7 @@ pub fn run(
                 if let Some(c) = closed {
                     if let Some(spec) = source.next_request()? {
                         // The client sends again after it got the answer, back through the path.
-                        sim.q.push(now_us + model.request_path_us() + c.turnaround_us, Event::Arrival { spec, client: r.client });
+                        sim.q.push(now_us + request_path_us + c.turnaround_us, Event::Arrival { spec, client: r.client });
                     }
                 }
             }

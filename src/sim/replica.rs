@@ -32,7 +32,7 @@ pub struct Replica {
     pub pipeline_fill: Option<PipelineFill>,
     /// `StepTimeModel::request_path_us`: client <-> engine time added to each request's TTFT
     /// and end-to-end latency.
-    pub request_path_us: f64,
+    request_path_us: f64,
     pub kick_pending: bool,
     /// The batch being formed (reused, no allocation per step).
     pub work: Vec<SeqWork>,
@@ -64,7 +64,7 @@ fn div_ceil(a: u32, b: u32) -> u32 {
 }
 
 impl Replica {
-    pub fn new(idx: u32, params: EngineParams, num_blocks: u32, layout: KvLayout) -> Replica {
+    pub fn new(idx: u32, params: EngineParams, num_blocks: u32, layout: KvLayout, request_path_us: f64) -> Replica {
         let caching = params.prefix_caching && params.policy != Policy::Static;
         Replica {
             idx,
@@ -79,7 +79,7 @@ impl Replica {
             admit_arrived_by_us: f64::INFINITY,
             last_step_start_us: 0.0,
             pipeline_fill: None,
-            request_path_us: 0.0,
+            request_path_us,
             kick_pending: false,
             work: Vec::new(),
             padding: Vec::new(),
