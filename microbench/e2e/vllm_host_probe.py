@@ -15,8 +15,10 @@ chosen step contents:
   join:  one prompt of P tokens arriving while D requests decode
 
 Per step it records host (CPU) wall time of the scheduler, `execute_model` and its parts
-(`_update_states`, `_prepare_inputs`, `_model_forward`), `sample_tokens`, and the GPU span of the
-forward (CUDA events). Rows: steps.csv (one per executed step, with the scenario), plus
+(vLLM 0.24 runs its V2 model runner: request-state updates, `prepare_inputs`, `prepare_attn`,
+the attention metadata build, the graph replays), `sample_tokens`, and the GPU span of
+`execute_model`'s work (CUDA events). A step run without graphs calls the model directly: its
+forward is `execute_model` less the timed pieces (`rest_of_execute_us`). Rows: steps.csv (one per executed step, with the scenario), plus
 provenance.json. Usage (device, after microbench/tools/vllm_runtime.sh install1/install2):
   PYTHONPATH=/tmp/site python3 microbench/e2e/vllm_host_probe.py --models qwen3-0.6b,llama-3.1-8b --out $OUT/host
 """
@@ -36,28 +38,43 @@ sys.path.insert(0, os.path.dirname(HERE))
 import vllm_stubs  # noqa: E402
 
 vllm_stubs.install()
+# The stubbed opentelemetry imports cleanly, so vLLM thinks tracing is available and its
+# @instrument wrappers (engine core, worker init) call the stub's tracer: switch it off before
+# the decorated modules are imported.
+try:
+    import vllm.tracing.otel as _otel
+    _otel._IS_OTEL_AVAILABLE = False
+except ImportError:  # no vLLM here (the summary script's machine)
+    pass
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: its methods can be timed
 
 # Host wall time per step; `update_from_output` and `step_fn` are the engine-core loop iteration
 # in which the step was launched (update_from_output there processes an earlier step's output).
-PHASES = ("step_fn", "schedule", "execute_model", "update_states", "prepare_inputs", "model_forward", "sample_tokens", "update_from_output")
+PHASES = ("step_fn", "schedule", "execute_model", "update_requests", "prepare_inputs", "prepare_attn", "attn_metadata",
+          "run_fullgraph", "run_pw_graph", "sample_tokens", "update_from_output")
+# execute_model's pieces (the rest is the model call without graphs, and glue)
+EXEC_PIECES = ("update_requests", "prepare_inputs", "prepare_attn", "attn_metadata", "run_fullgraph", "run_pw_graph")
 
 
 class Recorder:
     """Wraps engine-core and model-runner methods with wall clocks; one open step at a time."""
 
     def __init__(self):
-        self.steps, self.cur, self.events = [], None, []
+        self.steps, self.cur, self.events, self.hooked = [], None, [], []
 
     def timed(self, obj, name, phase, on_enter=None):
         import torch
-        fn = getattr(obj, name)
+        fn = getattr(obj, name, None)
+        if fn is None:
+            print(f"not hooked: {type(obj).__name__}.{name}", flush=True)
+            return
+        self.hooked.append(f"{type(obj).__name__}.{name}")
 
         def wrapper(*args, **kwargs):
             if on_enter is not None:
                 on_enter(*args, **kwargs)
-            gpu = phase == "model_forward"
+            gpu = phase == "execute_model"
             if gpu:
                 e0 = torch.cuda.Event(enable_timing=True)
                 e0.record()
@@ -85,7 +102,7 @@ class Recorder:
         import torch
         torch.cuda.synchronize()
         for rec, e0, e1 in self.events:
-            rec["forward_gpu_span_us"] = e0.elapsed_time(e1) * 1e3
+            rec["execute_gpu_span_us"] = e0.elapsed_time(e1) * 1e3
         self.events.clear()
 
 
@@ -108,9 +125,15 @@ def start_engine(model, layers, rec):
     rec.timed(core.scheduler, "schedule", "schedule")
     rec.timed(core.scheduler, "update_from_output", "update_from_output")
     rec.timed(runner, "execute_model", "execute_model", on_enter=lambda so, *a, **k: rec.begin(so))
-    rec.timed(runner, "_update_states", "update_states")
-    rec.timed(runner, "_prepare_inputs", "prepare_inputs")
-    rec.timed(runner, "_model_forward", "model_forward")
+    for name in ("finish_requests", "free_states", "add_requests", "update_requests"):
+        rec.timed(runner, name, "update_requests")
+    rec.timed(runner, "prepare_inputs", "prepare_inputs")
+    rec.timed(runner, "prepare_attn", "prepare_attn")
+    if getattr(runner, "model_state", None) is not None:
+        rec.timed(runner.model_state, "prepare_attn", "attn_metadata")
+    if getattr(runner, "cudagraph_manager", None) is not None:
+        rec.timed(runner.cudagraph_manager, "run_fullgraph", "run_fullgraph")
+        rec.timed(runner.cudagraph_manager, "run_pw_graph", "run_pw_graph")
     rec.timed(runner, "sample_tokens", "sample_tokens")
     return engine, cfg, original, {k: v for k, v in kwargs.items() if k != "model"}
 
@@ -181,7 +204,7 @@ def probe_model(model, layers, out, repeats, quick):
             run_scenario(engine, rec, *sc, vocab, f"r{r}s{i}", rng)
         print(f"{model}: repeat {r} done ({len(rec.steps)} steps)", flush=True)
     cols = ["model", "layers", "repeat_tag", "scenario", "requests", "prompt_tokens", "decoders", "step_in_scenario", "tokens",
-            "new_reqs", "reqs"] + [p + "_us" for p in PHASES] + ["forward_gpu_span_us", "first_token_ms"]
+            "new_reqs", "reqs"] + [p + "_us" for p in PHASES] + ["rest_of_execute_us", "execute_gpu_span_us", "first_token_ms"]
     path = os.path.join(out, "steps.csv")
     new = not os.path.exists(path)
     with open(path, "a", newline="") as f:
@@ -189,15 +212,16 @@ def probe_model(model, layers, out, repeats, quick):
         if new:
             w.writerow(cols)
         for s in rec.steps:
+            s["rest_of_execute_us"] = s.get("execute_model_us", 0.0) - sum(s.get(k + "_us", 0.0) for k in EXEC_PIECES)
             row = {"model": model, "layers": cfg["num_hidden_layers"], "repeat_tag": s.get("tag", ""), **s}
             w.writerow([round(row[c], 1) if isinstance(row.get(c), float) else row.get(c, "") for c in cols])
     return {"model": model, "layers_run": cfg["num_hidden_layers"], "layers_config": original, "startup_s": round(startup_s, 1),
-            "steps": len(rec.steps), "vllm": vllm.__version__, "torch": torch.__version__, "engine_kwargs": kwargs}
+            "steps": len(rec.steps), "hooked": rec.hooked, "vllm": vllm.__version__, "torch": torch.__version__, "engine_kwargs": kwargs}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="qwen3-0.6b,llama-3.1-8b")
+    ap.add_argument("--models", default="qwen3-0.6b,llama-3.1-8b", help="comma-separated NAME or NAME:LAYERS")
     ap.add_argument("--layers", type=int, default=0, help="cut every model to this many layers (0: as configured)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--repeats", type=int, default=3)
@@ -207,8 +231,10 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.only:
-        info = probe_model(a.only, a.layers, a.out, a.repeats, a.quick)
-        with open(os.path.join(a.out, f"provenance_{a.only}.json"), "w") as f:
+        # NAME or NAME:LAYERS (that model cut to LAYERS layers: the per-layer share at one width)
+        name, _, cut = a.only.partition(":")
+        info = probe_model(name, int(cut) if cut else a.layers, a.out, a.repeats, a.quick)
+        with open(os.path.join(a.out, f"provenance_{a.only.replace(':', '_L')}.json"), "w") as f:
             json.dump(info, f, indent=1)
         return
     # One child per model (a fresh engine each, and a failure costs one model), within the deadline.

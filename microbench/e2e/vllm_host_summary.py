@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Summarises `vllm_host_probe.py`'s steps.csv: host time of vLLM engine-core steps by what the
+step holds (prompt tokens, new requests, decoders) and how it runs (one full CUDA graph for
+decode-only steps, piecewise graphs up to 512 tokens, no graphs above).
+
+Prints, per model (and layer cut), medians over repeats of the steps that carry the scenario's
+prompt, and least-squares fits of the host terms across models. Usage:
+  python3 microbench/e2e/vllm_host_summary.py microbench/data/h200_sxm/vllm_host/steps.csv
+"""
+import sys
+
+import numpy as np
+import pandas as pd
+
+PIECEWISE_MAX_TOKENS = 512
+
+
+def regime(row):
+    if row.new_reqs == 0 and row.tokens == row.reqs:
+        return "decode"
+    return "piecewise" if row.tokens <= PIECEWISE_MAX_TOKENS else "eager"
+
+
+def load(path):
+    d = pd.read_csv(path)
+    d["regime"] = d.apply(regime, axis=1)
+    d = d.fillna({c: 0.0 for c in d.columns if c.endswith("_us")})
+    d["host_us"] = d.schedule_us + d.execute_model_us + d.sample_tokens_us
+    # the model's forward on the host: the graph replays, or the direct call without graphs
+    d["forward_cpu_us"] = d.run_fullgraph_us + d.run_pw_graph_us + d.rest_of_execute_us
+    d["fwd_cpu_per_layer_us"] = d.forward_cpu_us / d.layers
+    d["gpu_span_per_layer_us"] = d.execute_gpu_span_us / d.layers
+    d["arch"] = d.model + "/L" + d.layers.astype(str)
+    return d
+
+
+def prompt_steps(d):
+    """Steps that carry the scenario's prompt tokens (the joining prompt's, a burst's chunks)."""
+    return d[(d.step_in_scenario >= 0) & (d.new_reqs > 0) | (d.step_in_scenario >= 0) & (d.regime != "decode") & (d.scenario != "join")]
+
+
+def main(path):
+    d = load(path)
+    pd.set_option("display.width", 250)
+    cols = ["host_us", "schedule_us", "update_requests_us", "prepare_inputs_us", "prepare_attn_us", "attn_metadata_us", "run_pw_graph_us",
+            "rest_of_execute_us", "sample_tokens_us", "execute_gpu_span_us", "fwd_cpu_per_layer_us", "gpu_span_per_layer_us"]
+    p = prompt_steps(d)
+    print("# steps with the scenario's prompt: medians over repeats (us)")
+    g = p.groupby(["arch", "scenario", "requests", "prompt_tokens", "decoders", "regime"])
+    t = g[cols].median().round(0)
+    t.insert(0, "tokens", g.tokens.median())
+    t.insert(1, "n", g.size())
+    print(t.to_string())
+    print("\n# decode-only steps (one full graph): medians by batch (us)")
+    dec = d[d.regime == "decode"]
+    g = dec.groupby(["arch", pd.cut(dec.reqs, [0, 1, 4, 8, 16, 32, 64])], observed=True)
+    print(g[["host_us", "update_requests_us", "prepare_inputs_us", "attn_metadata_us", "run_fullgraph_us", "sample_tokens_us", "execute_gpu_span_us"]].median().round(0).to_string())
+    print("\n# forward CPU time per layer by regime (us): median / p10 / p90")
+    for (arch, reg), x in p.groupby(["arch", "regime"]):
+        v = x.fwd_cpu_per_layer_us
+        print(f"{arch:28s} {reg:10s} n={len(v):4d} {v.median():7.1f} {v.quantile(.1):7.1f} {v.quantile(.9):7.1f}")
+    print("\n# least squares over prompt steps, per regime: forward_cpu_us ~ a + b*layers + c*tokens")
+    for reg, x in p.groupby("regime"):
+        A = np.c_[np.ones(len(x)), x.layers, x.tokens]
+        coef, *_ = np.linalg.lstsq(A, x.forward_cpu_us.values, rcond=None)
+        print(f"{reg:10s} a={coef[0]:8.1f} b/layer={coef[1]:7.1f} c/token={coef[2]:7.3f} (n={len(x)})")
+    print("\n# least squares over prompt steps: host_us - forward_cpu_us ~ a + b*new_reqs + c*reqs + d*tokens")
+    A = np.c_[np.ones(len(p)), p.new_reqs, p.reqs, p.tokens]
+    y = (p.host_us - p.forward_cpu_us).values
+    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+    print(f"a={coef[0]:.1f} b/new_req={coef[1]:.1f} c/req={coef[2]:.2f} d/token={coef[3]:.3f} (n={len(p)})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
