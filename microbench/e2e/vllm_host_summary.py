@@ -59,17 +59,19 @@ def main(path):
     for (arch, reg), x in p.groupby(["arch", "regime"]):
         v = x.fwd_cpu_per_layer_us
         print(f"{arch:28s} {reg:10s} n={len(v):4d} {v.median():7.1f} {v.quantile(.1):7.1f} {v.quantile(.9):7.1f}")
-    print("\n# least squares over prompt steps, per regime: forward_cpu_us ~ a + b*layers + c*tokens")
-    for reg, x in p.groupby("regime"):
-        A = np.c_[np.ones(len(x)), x.layers, x.tokens]
-        coef, *_ = np.linalg.lstsq(A, x.forward_cpu_us.values, rcond=None)
-        print(f"{reg:10s} a={coef[0]:8.1f} b/layer={coef[1]:7.1f} c/token={coef[2]:7.3f} (n={len(x)})")
-    print("\n# least squares over prompt steps: host_us - forward_cpu_us ~ a + b*new_reqs + c*reqs + d*tokens")
-    A = np.c_[np.ones(len(p)), p.new_reqs, p.reqs, p.tokens]
-    y = (p.host_us - p.forward_cpu_us).values
-    coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-    print(f"a={coef[0]:.1f} b/new_req={coef[1]:.1f} c/req={coef[2]:.2f} d/token={coef[3]:.3f} (n={len(p)})")
-
+    print("\n# host time outside the forward (schedule, request updates, input/attention prep, sampling) by regime and")
+    print("# new requests in the step: median us (steps); per model, least squares over all steps of")
+    print("# nonforward ~ a + b*[prompt step] + c*new_reqs + d*reqs")
+    d["nonforward_us"] = d.host_us - d.forward_cpu_us
+    print(d.groupby(["regime", pd.cut(d.new_reqs, [-1, 0, 1, 2, 4, 8, 16, 32])], observed=True).nonforward_us.agg(["median", "size"]).round(0).to_string())
+    for arch, x in d.groupby("arch"):
+        A = np.c_[np.ones(len(x)), (x.regime != "decode").astype(float), x.new_reqs, x.reqs]
+        coef, *_ = np.linalg.lstsq(A, x.nonforward_us.values, rcond=None)
+        print(f"{arch:28s} a={coef[0]:6.0f} prompt={coef[1]:6.0f} new_req={coef[2]:5.1f} req={coef[3]:5.1f} (n={len(x)})")
+    big = d[d.forward_cpu_us > 5 * d.groupby(["arch", "regime"]).forward_cpu_us.transform("median")]
+    print(f"\n# steps whose forward took > 5x their model and regime's median (left in the medians above): {len(big)}")
+    if len(big):
+        print(big[["arch", "scenario", "requests", "prompt_tokens", "tokens", "regime", "forward_cpu_us", "execute_gpu_span_us"]].to_string())
 
 if __name__ == "__main__":
     main(sys.argv[1])
