@@ -62,6 +62,9 @@ class Recorder:
 
     def __init__(self):
         self.steps, self.cur, self.events, self.hooked = [], None, [], []
+        # The scheduler runs before `execute_model` opens the step it scheduled (run 6, recorded
+        # before this was fixed, has each step's schedule_us on the step before it).
+        self.schedule_us = 0.0
 
     def timed(self, obj, name, phase, on_enter=None):
         import torch
@@ -84,7 +87,9 @@ class Recorder:
             finally:
                 dt = (time.perf_counter() - t) * 1e6
                 rec = self.cur
-                if rec is not None:
+                if phase == "schedule":
+                    self.schedule_us += dt
+                elif rec is not None:
                     rec[phase + "_us"] = rec.get(phase + "_us", 0.0) + dt
                 if gpu and rec is not None:
                     e1 = torch.cuda.Event(enable_timing=True)
@@ -95,7 +100,8 @@ class Recorder:
     def begin(self, scheduler_output):
         so = scheduler_output
         self.cur = {"tokens": so.total_num_scheduled_tokens, "new_reqs": len(so.scheduled_new_reqs),
-                    "reqs": len(so.num_scheduled_tokens), "t_start": time.perf_counter()}
+                    "reqs": len(so.num_scheduled_tokens), "t_start": time.perf_counter(), "schedule_us": self.schedule_us}
+        self.schedule_us = 0.0
         self.steps.append(self.cur)
 
     def resolve_gpu(self):

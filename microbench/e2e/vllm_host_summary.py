@@ -5,7 +5,7 @@ decode-only steps, piecewise graphs up to 512 tokens, no graphs above).
 
 Prints, per model (and layer cut), medians over repeats of the steps that carry the scenario's
 prompt, and least-squares fits of the host terms across models. Usage:
-  python3 microbench/e2e/vllm_host_summary.py microbench/data/h200_sxm/vllm_host/steps.csv
+  python3 microbench/e2e/vllm_host_summary.py microbench/data/h200_sxm/vllm_engine/run6_host/steps.csv --schedule-on-previous-step
 """
 import sys
 
@@ -21,8 +21,12 @@ def regime(row):
     return "piecewise" if row.tokens <= PIECEWISE_MAX_TOKENS else "eager"
 
 
-def load(path):
+def load(path, schedule_on_previous_step=False):
     d = pd.read_csv(path)
+    if schedule_on_previous_step:
+        # Run 6's probe booked each step's scheduler call on the step before it (steps are in
+        # run order per model): move it to the step it scheduled.
+        d["schedule_us"] = d.groupby(["model", "layers"]).schedule_us.shift(1)
     d["regime"] = d.apply(regime, axis=1)
     d = d.fillna({c: 0.0 for c in d.columns if c.endswith("_us")})
     d["host_us"] = d.schedule_us + d.execute_model_us + d.sample_tokens_us
@@ -39,8 +43,8 @@ def prompt_steps(d):
     return d[(d.step_in_scenario >= 0) & (d.new_reqs > 0) | (d.step_in_scenario >= 0) & (d.regime != "decode") & (d.scenario != "join")]
 
 
-def main(path):
-    d = load(path)
+def main(path, schedule_on_previous_step):
+    d = load(path, schedule_on_previous_step)
     pd.set_option("display.width", 250)
     cols = ["host_us", "schedule_us", "update_requests_us", "prepare_inputs_us", "prepare_attn_us", "attn_metadata_us", "run_pw_graph_us",
             "rest_of_execute_us", "sample_tokens_us", "execute_gpu_span_us", "fwd_cpu_per_layer_us", "gpu_span_per_layer_us"]
@@ -74,4 +78,5 @@ def main(path):
         print(big[["arch", "scenario", "requests", "prompt_tokens", "tokens", "regime", "forward_cpu_us", "execute_gpu_span_us"]].to_string())
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    # --schedule-on-previous-step: for run 6 (`microbench/data/h200_sxm/vllm_engine/run6_host/`)
+    main(sys.argv[1], "--schedule-on-previous-step" in sys.argv[2:])
