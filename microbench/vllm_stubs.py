@@ -36,3 +36,11 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install():
     if not any(isinstance(f, StubFinder) for f in sys.meta_path):
         sys.meta_path.append(StubFinder())
+    # The stubbed opentelemetry imports cleanly, so vLLM 0.24 thinks tracing is available and its
+    # @instrument wrappers (engine core and worker init) call the stub's tracer and fail
+    # (session 21, in-process engine): switch tracing off before the decorated modules load.
+    try:
+        import vllm.tracing.otel as otel
+        otel._IS_OTEL_AVAILABLE = False
+    except ImportError:  # no vLLM on this machine
+        pass

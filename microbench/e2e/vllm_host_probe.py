@@ -37,15 +37,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import vllm_stubs  # noqa: E402
 
-vllm_stubs.install()
-# The stubbed opentelemetry imports cleanly, so vLLM thinks tracing is available and its
-# @instrument wrappers (engine core, worker init) call the stub's tracer: switch it off before
-# the decorated modules are imported.
-try:
-    import vllm.tracing.otel as _otel
-    _otel._IS_OTEL_AVAILABLE = False
-except ImportError:  # no vLLM here (the summary script's machine)
-    pass
+vllm_stubs.install()  # also switches vLLM's tracing off (the stubbed opentelemetry)
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: its methods can be timed
 
