@@ -136,7 +136,10 @@ async def replay(engine, model_name, run, vocab, out, timeout_s, record=True):
                      "use_prefix_sharing": bool(cc.enable_prefix_caching)},
            "engine_resolved": {"cudagraph_mode": str(comp.cudagraph_mode), "compilation_mode": str(comp.mode),
                                "cudagraph_capture_sizes": list(comp.cudagraph_capture_sizes or [])},
-           "status": status, "error": error, "requests_ok": len(done), "duration_s": r6(duration), "steps": []}
+           "status": status, "error": error, "requests_ok": len(done), "duration_s": r6(duration), "steps": [],
+           # The run's clock (0 = its start) on the engine's clocks, so that engine-core step logs
+           # (`plugin/ks_vllm_hooks.py`, monotonic start times) line up with its requests.
+           "clock_origin": {"monotonic_s": round(mono0, 6), "wall_s": round(wall0, 6)}}
     if clients:
         rec["clients"] = clients
     if not record:
