@@ -20,7 +20,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -68,12 +67,7 @@ async def main_async(a):
     import torch
     import vllm
     cfg, _ = vllm_serve.model_config(a.model, None)
-    mdir = tempfile.mkdtemp(prefix="vllm_model_")
-    with open(os.path.join(mdir, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    kwargs = dict(model=mdir, load_format="dummy", skip_tokenizer_init=True, max_model_len=8192, max_num_batched_tokens=8192,
-                  max_num_seqs=1024, block_size=16, enable_prefix_caching=True, async_scheduling=True,
-                  gpu_memory_utilization=0.9, seed=0)
+    kwargs = vllm_serve.serving_engine_kwargs(cfg)
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), usage_context=UsageContext.OPENAI_API_SERVER)
     prov = {"model": a.model, "vllm": vllm.__version__, "torch": torch.__version__, "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
             "nvidia_smi_before": vllm_serve.nvidia_smi(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

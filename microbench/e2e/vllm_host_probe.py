@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
@@ -109,12 +108,7 @@ def start_engine(model, layers, rec):
     from vllm.v1.engine.llm_engine import LLMEngine
     import vllm_serve
     cfg, original = vllm_serve.model_config(model, layers)
-    mdir = tempfile.mkdtemp(prefix="vllm_model_")
-    with open(os.path.join(mdir, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    kwargs = dict(model=mdir, load_format="dummy", skip_tokenizer_init=True, max_model_len=8192, max_num_batched_tokens=8192,
-                  max_num_seqs=1024, block_size=16, enable_prefix_caching=True, async_scheduling=True,
-                  gpu_memory_utilization=0.9, seed=0)
+    kwargs = vllm_serve.serving_engine_kwargs(cfg)
     engine = LLMEngine.from_engine_args(EngineArgs(**kwargs))
     core = engine.engine_core.engine_core  # InprocClient -> EngineCore
     worker = core.model_executor.driver_worker

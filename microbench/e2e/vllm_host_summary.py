@@ -40,7 +40,8 @@ def load(path, schedule_on_previous_step=False):
 
 def prompt_steps(d):
     """Steps that carry the scenario's prompt tokens (the joining prompt's, a burst's chunks)."""
-    return d[(d.step_in_scenario >= 0) & (d.new_reqs > 0) | (d.step_in_scenario >= 0) & (d.regime != "decode") & (d.scenario != "join")]
+    recorded = d.step_in_scenario >= 0
+    return d[recorded & ((d.new_reqs > 0) | ((d.regime != "decode") & (d.scenario != "join")))]
 
 
 def main(path, schedule_on_previous_step):

@@ -46,6 +46,19 @@ MAX_BATCHED_TOKENS = 8192  # `vllm serve`'s default on >= 70 GiB GPUs
 MAX_NUM_SEQS = 1024
 
 
+def serving_engine_kwargs(cfg, max_model_len=8192):
+    """Engine arguments of the serving runs (dummy weights, TP 1, async scheduling, prefix
+    caching, the default token budget and block size) for a model config written to a folder of
+    its own; every vLLM script here starts its engine from these."""
+    mdir = tempfile.mkdtemp(prefix="vllm_model_")
+    with open(os.path.join(mdir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    return dict(model=mdir, load_format="dummy", skip_tokenizer_init=True, tensor_parallel_size=1,
+                max_model_len=max_model_len, max_num_batched_tokens=MAX_BATCHED_TOKENS,
+                max_num_seqs=MAX_NUM_SEQS, block_size=BLOCK_SIZE, enable_prefix_caching=True, async_scheduling=True,
+                gpu_memory_utilization=0.9, seed=0)
+
+
 def model_config(name, layers):
     with open(find_config(name)) as f:
         cfg = json.load(f)
@@ -169,13 +182,7 @@ async def child(plan, entry, out, deadline):
     name, layers = entry["name"], entry.get("layers")
     label = f"{name}-L{layers}" if layers else name
     cfg, original = model_config(name, layers)
-    mdir = tempfile.mkdtemp(prefix="vllm_model_")
-    with open(os.path.join(mdir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    kwargs = dict(model=mdir, load_format="dummy", skip_tokenizer_init=True, tensor_parallel_size=1,
-                  max_model_len=entry.get("max_model_len", 8192), max_num_batched_tokens=MAX_BATCHED_TOKENS,
-                  max_num_seqs=MAX_NUM_SEQS, block_size=BLOCK_SIZE, enable_prefix_caching=True, async_scheduling=True,
-                  gpu_memory_utilization=0.9, seed=0)
+    kwargs = serving_engine_kwargs(cfg, entry.get("max_model_len", 8192))
     mrec = {"model": label, "base_model": name, "layers_requested": layers, "config_source": f"models/{name}.json",
             "layers_original": original, "layers_run": cfg.get("num_hidden_layers"), "engine": "vllm",
             "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"}, "config_run": cfg}
