@@ -45,6 +45,9 @@ def fake_modules():
             time.sleep(0.001)
             return types.SimpleNamespace(total_num_scheduled_tokens=600, scheduled_new_reqs=[1, 2], num_scheduled_tokens={"a": 1, "b": 1, "c": 1})
 
+        def update_from_output(self, so, out):
+            time.sleep(0.0005)
+
     class Runner:
         def prepare_inputs(self, so):
             time.sleep(0.002)
@@ -60,10 +63,14 @@ def fake_modules():
         def __init__(self):
             self.scheduler, self.runner = Scheduler(), Runner()
 
+        def add_request(self, request, request_wave=0):
+            time.sleep(0.0002)
+
         def step(self):
             so = self.scheduler.schedule()
             self.runner.execute_model(so)
             self.runner.sample_tokens()
+            self.scheduler.update_from_output(so, None)
 
     m.Scheduler, m.Runner, m.Core = Scheduler, Runner, Core
     sys.modules["fakevllm"] = m
@@ -77,10 +84,14 @@ class HooksTest(unittest.TestCase):
         targets = [("fakevllm", "Core", "step", "step_fn"), ("fakevllm", "Scheduler", "schedule", "schedule"),
                    ("fakevllm", "Runner", "execute_model", "execute_model"), ("fakevllm", "Runner", "prepare_inputs", "prepare_inputs"),
                    ("fakevllm", "Runner", "sample_tokens", "sample_tokens"), ("fakevllm", "Runner", "absent", "run_fullgraph"),
+                   ("fakevllm", "Scheduler", "update_from_output", "update_from_output"), ("fakevllm", "Core", "add_request", "add"),
                    ("nomodule.x", "Y", "z", "schedule")]
         log = ks_vllm_hooks.install(path, targets, cuda=types.SimpleNamespace(Event=FakeEvent))
         self.assertEqual(log.missing, ["Runner.absent", "nomodule.x.Y"])
         core = m.Core()
+        core.waiting = []
+        core.scheduler.waiting = ["w1", "w2"]
+        core.add_request(types.SimpleNamespace(request_id="r0", prompt_token_ids=[1] * 7))
         for _ in range(3):
             core.step()
         log.settle(block=True)
@@ -96,6 +107,13 @@ class HooksTest(unittest.TestCase):
         self.assertAlmostEqual(us["execute_model_us"], us["prepare_inputs_us"] + us["rest_of_execute_us"], delta=1.0)
         self.assertGreater(us["step_fn_us"], us["execute_model_us"] + us["sample_tokens_us"])
         self.assertGreater(float(r["execute_gpu_span_us"]), 4_000)
+        # Tokens are handed out after the step's sampling, and the scheduler's queue is recorded.
+        self.assertGreater(float(r["t_output_mono_s"]) - float(r["t_start_mono_s"]), 0.006)
+        self.assertEqual(r["waiting"], "2")
+        adds = list(csv.DictReader(open(log.adds_path)))
+        self.assertEqual([(a["event"], a["request_id"], a["prompt_tokens"]) for a in adds], [("add", "r0", "7")])
+        self.assertGreater(float(adds[0]["us"]), 150)
+        self.assertLess(float(adds[0]["t_mono_s"]), float(r["t_start_mono_s"]))
 
     def test_entry_point_is_discoverable(self):
         from importlib.metadata import entry_points
