@@ -231,8 +231,9 @@ def main():
         return
     # One child per model (a fresh engine each, and a failure costs one model), within the deadline.
     from harness import nvidia_smi
+    from vllm_serve import cpu_model
     prov = {"command": " ".join(sys.argv), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "nvidia_smi_before": nvidia_smi(),
-            "models": {}}
+            "cpu_model": cpu_model(), "models": {}}
     t_end = time.time() + a.deadline_s
     for m in a.models.split(","):
         left = t_end - time.time()

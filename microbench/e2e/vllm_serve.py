@@ -222,7 +222,17 @@ def env_record(plan_name):
     import vllm
     return {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "plan": plan_name, "engine": "vllm",
             "vllm": vllm.__version__, "torch": torch.__version__, "triton": triton.__version__, "cuda_runtime": torch.version.cuda,
-            "python": sys.version.split()[0], "cpu_count": os.cpu_count(), "nvidia_smi_before": nvidia_smi()}
+            "python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
+            # The engine core's host work sets small models' step times, and lent machines differ.
+            "engine_step_log": os.environ.get("KS_VLLM_STEP_LOG", ""), "nvidia_smi_before": nvidia_smi()}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
 
 
 def main():
