@@ -11,17 +11,23 @@ prints where each run's time to first token goes inside the engine core:
 
 and, for the first steps of each run, the step timeline (host pieces, GPU span, gaps).
 Usage: python3 microbench/e2e/vllm_serving_steps.py RUN_DIR [--timeline-steps N]
-(RUN_DIR holds runs.jsonl, requests.jsonl, engine_steps.csv, engine_steps_adds.csv).
+(RUN_DIR holds runs.jsonl, requests.jsonl, engine_steps.csv, each possibly gzipped).
 """
 import argparse
 import csv
+import gzip
 import json
 import os
 import statistics as st
 
 
+def open_text(path):
+    """`path`, or `path.gz` where only the compressed copy is kept (the committed runs)."""
+    return open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")
+
+
 def load_jsonl(path):
-    with open(path) as f:
+    with open_text(path) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -45,7 +51,7 @@ def main():
     a = ap.parse_args()
     runs = [r for r in load_jsonl(os.path.join(a.run_dir, "runs.jsonl")) if r.get("recorded") and "clock_origin" in r]
     reqs = load_jsonl(os.path.join(a.run_dir, "requests.jsonl"))
-    with open(os.path.join(a.run_dir, "engine_steps.csv")) as f:
+    with open_text(os.path.join(a.run_dir, "engine_steps.csv")) as f:
         all_steps = [{k: (float(v) if v not in ("", None) and k != "pid" else v) for k, v in row.items()} for row in csv.DictReader(f)]
     all_steps.sort(key=lambda s: s["t_start_mono_s"])
     print("per run, medians over requests (ms): queued->scheduled, scheduled->step start, step start->tokens out, "
