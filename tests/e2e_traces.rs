@@ -389,4 +389,26 @@ fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() 
     assert_eq!(Some(a.request_path_us), kernelsight::e2e::traces::measured_request_path_us(&runs));
     // Every other term is the starting model's.
     assert_eq!((a.per_step_us, a.per_seq_us), (shipped.per_step_us, shipped.per_seq_us));
+    // Refitting from a model this fit wrote names the launch terms' origin once, not twice.
+    let again = kernelsight::e2e::traces::fit_host_vllm(&models, Tier::Roofline, &a).unwrap();
+    assert_eq!(again.source.matches("prefill-step launch terms").count(), 1, "{}", again.source);
+
+    // vLLM's client sent each burst one request after another: the replay keeps those times
+    // (transformers' harness queues a burst before its loop starts: those arrive together).
+    let burst = models[0].runs.iter().find(|r| r.key.ends_with("qwen3-0.6b/grid_i512_o128_c8")).unwrap();
+    let sent: Vec<f64> = burst.sent.iter().map(|s| s.arrival_s).collect();
+    assert!(sent.windows(2).all(|w| w[1] > w[0]) && sent[0] > 0.0 && sent[7] < 0.005, "{sent:?}");
+    let mut measured: Vec<f64> = burst.requests.iter().map(|q| q.arrival_s).collect();
+    measured.sort_by(f64::total_cmp);
+    assert_eq!(sent, measured);
+}
+
+#[test]
+fn a_transformers_burst_arrives_together() {
+    let models = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm")).unwrap();
+    let bursts: Vec<_> = models.iter().flat_map(|m| &m.runs).filter(|r| r.clients.is_none() && r.key.contains("grid_")).collect();
+    assert!(!bursts.is_empty());
+    for r in bursts {
+        assert!(r.sent.iter().all(|s| s.arrival_s == 0.0), "{}: {:?}", r.key, r.sent.iter().map(|s| s.arrival_s).collect::<Vec<_>>());
+    }
 }

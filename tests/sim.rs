@@ -530,3 +530,28 @@ fn the_request_path_adds_to_ttft_and_e2e_not_to_token_gaps() {
     let (bare, with_path) = (run_with(0.0, Some(1)), run_with(2500.0, Some(1)));
     assert!(close(with_path[3].arrival_s - bare[3].arrival_s, 3.0 * 0.0025), "{} {}", with_path[3].arrival_s, bare[3].arrival_s);
 }
+
+#[test]
+fn a_closed_loops_first_wave_goes_out_at_the_requests_own_times() {
+    // A serving client sends a burst one request after another; the replay keeps their times.
+    let asynchronous = EngineParams { async_scheduling: true, ..engine(Policy::Continuous) };
+    let model = LaunchAhead { path_us: 0.0 };
+    let run_with = |second_s: f64| {
+        let reqs = vec![req(0, 0.0, 100, 3), req(1, second_s, 100, 3)];
+        let mut obs = Collect::default();
+        let closed = Some(kernelsight::sim::ClosedLoop::clients(2));
+        kernelsight::sim::run(&config(asynchronous.clone(), 100), &model, &mut VecSource(reqs.into_iter()), closed, &mut obs).map(|_| obs)
+    };
+    let ttft = |obs: &Collect, id: u64| obs.records.iter().find(|r| r.id == id).unwrap().ttft_ms;
+    // Sent together: one prefill step from idle takes both (launch 1000 + GPU 410 us).
+    let together = run_with(0.0).unwrap();
+    assert!(close(ttft(&together, 0), 1.410) && close(ttft(&together, 1), 1.410), "{:?}", together.records);
+    // The second sent 500 us later, during the first step's launch: it joins the next step, and
+    // the first step's tokens wait for that step's launch (as with open-loop arrivals).
+    let staggered = run_with(0.0005).unwrap();
+    let second = staggered.records.iter().find(|r| r.id == 1).unwrap();
+    assert!(close(second.arrival_s, 0.0005), "{second:?}");
+    assert!(close(ttft(&staggered, 1), 2.210 - 0.5) && close(ttft(&staggered, 0), 2.0), "{:?}", staggered.records);
+    let err = run_with(-1.0).err().expect("a negative first-wave time is an error").to_string();
+    assert!(err.contains("first-wave"), "{err}");
+}

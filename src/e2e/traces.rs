@@ -361,11 +361,14 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
             let Some(run) = runs.iter_mut().find(|r| r.key == key) else { continue };
             let spec = RequestSpec {
                 id: run.sent.len() as u64,
-                // The harness adds the requests planned at t = 0 before it starts the engine
-                // loop, so the first step sees them all: they arrive at 0. Requests that never
-                // started (partial runs) only carry their planned arrival.
+                // transformers' harness adds the requests planned at t = 0 before it starts the
+                // engine loop, so the first step sees them all: they arrive at 0. vLLM's serving
+                // client sends a burst one `generate` call after another (0.15-0.35 ms apart,
+                // `microbench/data/h200_sxm/vllm_engine/README.md`, run 7), and the engine core
+                // starts a step with whatever reached it: they arrive when sent. Requests that
+                // never started (partial runs) only carry their planned arrival.
                 arrival_s: match v.get("target_arrival_s").and_then(Value::as_f64) {
-                    Some(t) if t <= 0.0 => 0.0,
+                    Some(t) if t <= 0.0 && run.engine != TraceEngine::Vllm => 0.0,
                     _ => f64_field(&v, "arrival_s", &origin).or_else(|_| f64_field(&v, "target_arrival_s", &origin))?,
                 },
                 prompt_tokens: u64_field(&v, "prompt_tokens", &origin)? as u32,
@@ -645,8 +648,9 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
         eager_launch_per_layer_us: eager,
         source: format!(
             "{}; prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
-            // The fit being replaced named itself after "; kept:" (`silicon::fit`).
-            base.source.split("; kept:").next().unwrap_or_default(),
+            // The fit being replaced named itself after "; kept:" (`silicon::fit`), or, written
+            // by this fit alone (`--no-silicon`), after "; prefill-step".
+            base.source.split("; kept:").next().unwrap_or_default().split("; prefill-step").next().unwrap_or_default(),
             runs.len(),
             VLLM_CALIBRATION_MODELS.join(", "),
             tier.as_str(),

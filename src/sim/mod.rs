@@ -236,9 +236,14 @@ pub fn run(
     let concurrency = closed.map(|c| c.clients);
     match concurrency {
         Some(c) => {
+            // The first wave goes out at the requests' own times: 0 for generated workloads; a
+            // replayed serving client sends its burst one request after another.
             for client in 0..c {
                 let Some(spec) = source.next_request()? else { break };
-                sim.q.push(0.0, Event::Arrival { spec, client });
+                if !(spec.arrival_s >= 0.0 && spec.arrival_s.is_finite()) {
+                    bail!("request {} of a closed loop arrives at {} s; first-wave times must be finite and >= 0", spec.id, spec.arrival_s);
+                }
+                sim.q.push(spec.arrival_s * 1e6, Event::Arrival { spec, client });
             }
         }
         None => {
