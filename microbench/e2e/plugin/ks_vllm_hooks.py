@@ -17,6 +17,7 @@ scheduler left waiting, host wall time per piece (us), and the GPU span of `exec
 thread finished `preprocess_add_request` and when the busy loop's `add_request` took them.
 The pieces are those of `vllm_host_probe.py`'s `steps.csv`, so `vllm_host_summary.py` reads both.
 
+`KS_VLLM_STEP_GPU=0` leaves the CUDA events out (no GPU span; to measure what they cost).
 Usage on the device (after microbench/tools/vllm_runtime.sh install1/install2):
   KS_VLLM_STEP_LOG=$OUT/steps_serving.csv PYTHONPATH=/tmp/site:microbench/e2e/plugin \\
     python3 microbench/e2e/vllm_serve.py --plan ... --out $OUT
@@ -103,10 +104,11 @@ class StepLog:
         """Moves steps whose GPU work finished (all of them if `block`) to the file."""
         still = []
         for rec, e0, e1 in self.pending:
-            if block or ("t_output_mono_s" in rec and e1.query()):
-                if block:
-                    e1.synchronize()
-                rec["execute_gpu_span_us"] = e0.elapsed_time(e1) * 1e3
+            if block or ("t_output_mono_s" in rec and (e1 is None or e1.query())):
+                if e1 is not None:  # no events: the GPU span is not recorded
+                    if block:
+                        e1.synchronize()
+                    rec["execute_gpu_span_us"] = e0.elapsed_time(e1) * 1e3
                 self.done.append(rec)
             else:
                 still.append((rec, e0, e1))
@@ -163,9 +165,10 @@ def wrap(cls, name, piece, log):
                 LAST_WAITING[0] = len(getattr(self, "waiting", ()))  # requests the scheduler left waiting
             elif piece == "update_from_output":
                 log.output_handed(args[0] if args else kwargs["scheduler_output"])
-            if piece == "execute_model" and e0 is not None:
-                e1 = log.cuda.Event(enable_timing=True)
-                e1.record()
+            if piece == "execute_model":
+                e1 = log.cuda.Event(enable_timing=True) if e0 is not None else None
+                if e1 is not None:
+                    e1.record()
                 log.gpu_events(e0, e1)
 
     setattr(cls, name, timed)
@@ -198,5 +201,8 @@ def register():
     if not path or LOG is not None:
         return
     import torch
-    log = install(path, cuda=torch.cuda if torch.cuda.is_available() else None)
+    # KS_VLLM_STEP_GPU=0 leaves out the CUDA events (the GPU span), to tell their cost from the
+    # wrappers' (run 8: with both, one plain/hooked pair differed by up to 31 %).
+    gpu = torch.cuda.is_available() and os.environ.get("KS_VLLM_STEP_GPU", "1") != "0"
+    log = install(path, cuda=torch.cuda if gpu else None)
     print(f"ks_vllm_hooks: pid {os.getpid()} hooked {len(log.hooked)} methods, missing {log.missing}", flush=True)

@@ -115,6 +115,22 @@ class HooksTest(unittest.TestCase):
         self.assertGreater(float(adds[0]["us"]), 150)
         self.assertLess(float(adds[0]["t_mono_s"]), float(r["t_start_mono_s"]))
 
+    def test_without_cuda_events_steps_are_still_written(self):
+        m = fake_modules()
+        path = os.path.join(tempfile.mkdtemp(), "steps.csv")
+        targets = [("fakevllm", "Core", "step", "step_fn"), ("fakevllm", "Runner", "execute_model", "execute_model"),
+                   ("fakevllm", "Scheduler", "update_from_output", "update_from_output")]
+        log = ks_vllm_hooks.install(path, targets, cuda=None)
+        core = m.Core()
+        for _ in range(2):
+            core.step()
+        log.settle(block=True)
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 2)
+        self.assertEqual(rows[0]["execute_gpu_span_us"], "")
+        self.assertGreater(float(rows[0]["execute_model_us"]), 4_000)
+
     def test_entry_point_is_discoverable(self):
         from importlib.metadata import entry_points
         sys.path.insert(0, HERE)
