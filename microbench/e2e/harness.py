@@ -61,6 +61,15 @@ def nvidia_smi():
         return {"error": repr(e)}
 
 
+def cpu_model():
+    """The host CPU's model name: the engines' host work runs on it, and lent machines differ."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
 def find_config(name):
     p = os.path.join(REPO, "models", name + ".json")
     if not os.path.exists(p):
@@ -522,15 +531,10 @@ def env_record():
          "cudnn": torch.backends.cudnn.version(), "transformers": transformers.__version__,
          "flash_attn_installed": importlib.util.find_spec("flash_attn") is not None,
          "kernels_installed": importlib.util.find_spec("kernels") is not None,
-         "platform": platform.platform(), "cpu_count": os.cpu_count()}
+         "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu_model": cpu_model()}
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         d.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_memory_gib=round(p.total_memory / 2**30, 2))
-    try:
-        with open("/proc/cpuinfo") as f:
-            d["cpu_model"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except Exception:
-        pass
     return d
 
 

@@ -230,8 +230,7 @@ def main():
             json.dump(info, f, indent=1)
         return
     # One child per model (a fresh engine each, and a failure costs one model), within the deadline.
-    from harness import nvidia_smi
-    from vllm_serve import cpu_model
+    from harness import cpu_model, nvidia_smi
     prov = {"command": " ".join(sys.argv), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "nvidia_smi_before": nvidia_smi(),
             "cpu_model": cpu_model(), "models": {}}
     t_end = time.time() + a.deadline_s

@@ -32,7 +32,7 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import append_jsonl, find_config, log, make_prompts, make_run_id, nvidia_smi, r6, read_workload  # noqa: E402
+from harness import append_jsonl, cpu_model, find_config, log, make_prompts, make_run_id, nvidia_smi, r6, read_workload  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))
 import vllm_stubs  # noqa: E402
@@ -225,14 +225,6 @@ def env_record(plan_name):
             "python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
             # The engine core's host work sets small models' step times, and lent machines differ.
             "engine_step_log": os.environ.get("KS_VLLM_STEP_LOG", ""), "nvidia_smi_before": nvidia_smi()}
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 def main():
