@@ -260,6 +260,13 @@ pub fn builtin_specs() -> Result<Vec<GpuSpec>> {
     Ok(v)
 }
 
+/// The embedded spec of GPU `id`, parsed once per process; None for an id with no embedded spec.
+pub fn builtin_spec(id: &str) -> Option<&'static GpuSpec> {
+    static SPECS: std::sync::OnceLock<Vec<GpuSpec>> = std::sync::OnceLock::new();
+    // The embedded specs are checked by `builtin_specs` at every other entry point (and its tests).
+    SPECS.get_or_init(|| builtin_specs().unwrap_or_default()).iter().find(|s| s.id == id)
+}
+
 /// Looks a GPU up by embedded id, or loads it from a `.toml` path.
 pub fn load_gpu(id_or_path: &str) -> Result<GpuSpec> {
     if id_or_path.ends_with(".toml") || Path::new(id_or_path).is_file() {

@@ -222,6 +222,15 @@ pub struct OpModel {
     /// key never measured has no correction at all. None (older files): `y_range` for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correction_ranges: Option<BTreeMap<String, (f64, f64)>>,
+    /// Eager-timed collective keys left out of `correction_ranges` because one training GPU
+    /// measured them: that GPU and the key's range. The correction describes that GPU's
+    /// cluster, so it applies to that GPU's rows alone (where `eager_transfer_us` starts).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub own_corrections: BTreeMap<String, (String, (f64, f64))>,
+    /// Eager-timed collective libraries (Vidur's cluster profiles) and the GPUs that measured
+    /// each: where `eager_transfer_us` carries them from to a GPU that did not.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub library_gpus: BTreeMap<String, Vec<String>>,
     /// Median of SOL / measured over the op's training rows (the `Roofline` form's efficiency).
     #[serde(default = "one")]
     pub median_efficiency: f64,
@@ -446,8 +455,16 @@ impl OpModel {
         for r in other {
             paths.entry(model_path(op, &r.backend).expect("partitioned above")).or_default().push(r);
         }
+        // A ratio between GPUs from a benchmark-timed model fitted on one GPU is its SOL ratio
+        // again: eager libraries are carried to other GPUs (`eager_transfer_us`) only where at
+        // least two GPUs fitted it (p2p's is the H200's two rows: not).
+        let main_gpus = main.iter().map(|r| r.gpu.as_str()).collect::<BTreeSet<_>>().len();
         for (path, path_rows) in paths {
-            m.by_path.insert(path.to_string(), Self::fit_path(op, &path_rows, spec, params, gpu_count));
+            let mut sub = Self::fit_path(op, &path_rows, spec, params, gpu_count);
+            if main_gpus < MIN_CORRECTION_GPUS {
+                sub.library_gpus.clear();
+            }
+            m.by_path.insert(path.to_string(), sub);
         }
         m.train_rows = rows.len();
         m.train_gpus = rows.iter().map(|r| r.gpu.clone()).collect::<BTreeSet<_>>().into_iter().collect();
@@ -553,13 +570,27 @@ impl OpModel {
             Gbdt::fit(&x, &y, &params.gbdt)
         };
         let y_range = y.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+        let shared = |k: &str, gpus: &BTreeSet<&str>| !k.ends_with("/eager") || gpus.len() >= MIN_CORRECTION_GPUS.min(train_gpu_count);
         let correction_ranges = op.is_collective().then(|| {
-            key_ranges
-                .into_iter()
-                .filter(|(k, (_, gpus))| !k.ends_with("/eager") || gpus.len() >= MIN_CORRECTION_GPUS.min(train_gpu_count))
-                .map(|(k, (r, _))| (k.to_string(), r))
-                .collect::<BTreeMap<String, (f64, f64)>>()
+            key_ranges.iter().filter(|(k, (_, gpus))| shared(k, gpus)).map(|(k, (r, _))| (k.to_string(), *r)).collect::<BTreeMap<String, (f64, f64)>>()
         });
+        let own_corrections: BTreeMap<String, (String, (f64, f64))> = if op.is_collective() {
+            key_ranges
+                .iter()
+                .filter(|(k, (_, gpus))| !shared(k, gpus) && gpus.len() == 1)
+                .map(|(k, (r, gpus))| (k.to_string(), (gpus.iter().next().expect("one GPU").to_string(), *r)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        let mut library_gpus: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for m in rows.iter().filter(|m| op.is_collective() && features::is_eager_kernel_timed(&m.backend)) {
+            let gpus = library_gpus.entry(m.backend.clone()).or_default();
+            if !gpus.contains(&m.gpu) {
+                gpus.push(m.gpu.clone());
+            }
+        }
+        library_gpus.values_mut().for_each(|g| g.sort());
         let mut names: Vec<String> = features::names(op).iter().map(|s| s.to_string()).collect();
         names.extend(backends.iter().map(|b| format!("backend={b}")));
         let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -575,6 +606,8 @@ impl OpModel {
             gbdt,
             y_range,
             correction_ranges,
+            own_corrections,
+            library_gpus,
             median_efficiency,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
@@ -630,6 +663,43 @@ impl OpModel {
         }
     }
 
+    /// An eager-timed collective (Vidur's cluster profiles, path model `sub`) on a GPU that did
+    /// not measure its library: the library's time on each GPU that did (`sub` there, with that
+    /// cluster's own correction), times how much faster this model's benchmark-timed library
+    /// (NCCL or a custom all-reduce, fitted on every training GPU) runs the same collective here
+    /// than there; geometric mean over those GPUs. A cluster's launch floor and bandwidth share
+    /// are its own, so the base alone carried A100's eager DGX rows to the H100 at 1.3-2.1x its
+    /// time (its NCCL runs 1.5-2x faster with NVLink 4 and in-switch reduction, not the 1.5x of the
+    /// link bandwidths, and its hosts launch faster). None where the GPU measured the library,
+    /// where either GPU's row runs off its own fabric (Vidur's PCIe pairs and multi-node rows:
+    /// the benchmark-timed rows are on the fabric), or outside the learned and base forms.
+    fn eager_transfer_us(&self, sub: &OpModel, form: Form, k: &Kernel, gpu: &GpuSpec, backend: &str, routing: Routing) -> Option<f64> {
+        if !matches!(form, Form::Learned | Form::BaseOnly) || model_path(self.op, &self.default_backend).is_some() {
+            return None;
+        }
+        let sources = sub.library_gpus.get(backend)?;
+        let n = k.num_gpus;
+        let on_fabric = |g: &GpuSpec| LinkClass::of_row(g, n, backend) == LinkClass::of(g, n);
+        if sources.iter().any(|g| *g == gpu.id) || !on_fabric(gpu) {
+            return None;
+        }
+        let here = self.predict_in_form(form, k, gpu, None, routing);
+        let logs: Vec<f64> = sources
+            .iter()
+            .filter_map(|id| crate::hardware::builtin_spec(id))
+            .filter(|src| on_fabric(src) && LinkClass::of(src, n) == LinkClass::of(gpu, n))
+            .map(|src| {
+                let there = self.predict_in_form(form, k, src, None, routing);
+                (sub.predict_in_form(form, k, src, Some(backend), routing) * here / there).ln()
+            })
+            .collect();
+        if logs.is_empty() {
+            return None;
+        }
+        let sol_us = features::row_sol(k, gpu, backend).sol_us;
+        Some((logs.iter().sum::<f64>() / logs.len() as f64).exp().max(sol_us))
+    }
+
     /// As `predict_us` in the given form (a path model follows the form of the model it sits in).
     fn predict_in_form(&self, form: Form, k: &Kernel, gpu: &GpuSpec, backend: Option<&str>, routing: Routing) -> f64 {
         if backend.is_none() && matches!(self.op, Op::MlaPrefill | Op::MlaDecode) && model_path(self.op, &self.default_backend).is_some() {
@@ -642,6 +712,9 @@ impl OpModel {
         }
         let backend = backend.unwrap_or(&self.default_backend);
         if let Some(sub) = model_path(self.op, backend).and_then(|p| self.by_path.get(p)) {
+            if let Some(t) = self.eager_transfer_us(sub, form, k, gpu, backend, routing) {
+                return t;
+            }
             return sub.predict_in_form(form, k, gpu, Some(backend), routing);
         }
         let (feat, s) = features::extract_with_sol_routed(k, gpu, backend, routing);
@@ -651,7 +724,10 @@ impl OpModel {
             Form::Learned => {
                 let range = match &self.correction_ranges {
                     None => Some(self.y_range),
-                    Some(ranges) => ranges.get(&base_key(self.op, gpu, k, backend)).copied(),
+                    Some(ranges) => {
+                        let key = base_key(self.op, gpu, k, backend);
+                        ranges.get(&key).copied().or_else(|| self.own_corrections.get(&key).filter(|(g, _)| *g == gpu.id).map(|(_, r)| *r))
+                    }
                 };
                 let category = self.routed_category(features::backend_category(self.op, backend), routing);
                 match range {
@@ -1085,19 +1161,92 @@ mod tests {
         assert!(ranges.contains_key("scaleup"), "{ranges:?}");
         let eager_ranges = m.by_path["eager"].correction_ranges.as_ref().expect("collectives list their ranges");
         assert!(!eager_ranges.contains_key("scaleup/eager"), "{eager_ranges:?}");
-        // The eager row is predicted by its base alone; the NCCL row gets its correction.
+        // The eager key's correction is kept for its own cluster only; the NCCL row gets its
+        // correction on every GPU.
+        assert_eq!(m.by_path["eager"].own_corrections["scaleup/eager"].0, "h100_sxm");
         let mut base_only = m.clone();
         base_only.form = Form::BaseOnly;
         let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
         k.num_gpus = 8;
         k.bytes = 1 << 20;
         let eager = Some("vidur/dgx/all_reduce");
-        assert_eq!(m.predict_us(&k, &specs[0], eager), base_only.predict_us(&k, &specs[0], eager));
+        assert_ne!(m.predict_us(&k, &specs[0], eager), base_only.predict_us(&k, &specs[0], eager));
         assert_ne!(m.predict_us(&k, &specs[0], Some("nccl")), base_only.predict_us(&k, &specs[0], Some("nccl")));
+        // Without its carrying rule (`eager_transfer_us`), B200's eager row is the base alone.
+        let mut no_transfer = m.clone();
+        no_transfer.by_path.get_mut("eager").unwrap().library_gpus.clear();
+        let mut no_transfer_base = no_transfer.clone();
+        no_transfer_base.form = Form::BaseOnly;
+        assert_eq!(no_transfer.predict_us(&k, &specs[1], eager), no_transfer_base.predict_us(&k, &specs[1], eager));
         // Fitted on one GPU (the target tier), every key keeps its correction.
         let own: Vec<&Measurement> = rows.iter().filter(|m| m.gpu == "h100_sxm").collect();
         let t = OpModel::fit(Op::AllReduce, &own, &spec, &FitParams::default());
         assert!(t.by_path["eager"].correction_ranges.as_ref().unwrap().contains_key("scaleup/eager"));
+    }
+
+    #[test]
+    fn an_eager_library_is_carried_to_another_gpu_by_the_benchmark_timed_ratio() {
+        use crate::hardware::load_gpu;
+        // NCCL rows on A100, H200 and B200 over NVSwitch, each GPU with its own latency and
+        // bandwidth share (H100 as its NVLink twin H200); Vidur's eager rows on A100 only, 1.5x
+        // A100's NCCL. If the eager path
+        // costs the same on H100 relative to its NCCL, H100's eager time is A100's times the
+        // NCCL ratio, which the base alone (A100's latency, SOL at H100's link) misses.
+        let specs = [load_gpu("a100_sxm").unwrap(), load_gpu("h100_sxm").unwrap(), load_gpu("b200_sxm").unwrap(), load_gpu("h200_sxm").unwrap()];
+        let spec = |g: &str| specs.iter().find(|s| s.id == g).unwrap();
+        let nccl_us = |g: &GpuSpec, k: &Kernel| {
+            let (lat, c) = match g.id.as_str() {
+                "a100_sxm" => (20.0, 1.4),
+                "h100_sxm" | "h200_sxm" => (12.0, 1.05),
+                _ => (14.0, 1.1),
+            };
+            lat + c * features::extract_with_sol(k, g, "nccl").1.sol_us
+        };
+        let kernel = |p: u32| {
+            let mut k = Kernel::new(Op::AllReduce, crate::schema::Dtype::Fp16);
+            k.num_gpus = 8;
+            k.bytes = 1u64 << p;
+            k
+        };
+        let eager_us = |g: &GpuSpec, k: &Kernel| 1.5 * nccl_us(g, k);
+        let mut rows = Vec::new();
+        for g in &specs {
+            for p in 10..=28 {
+                let k = kernel(p);
+                let row = |backend: &str, latency_us: f64| Measurement { routing: Routing::Uniform, kernel: k.clone(), gpu: g.id.clone(), backend: backend.into(), source: "s".into(), latency_us };
+                rows.push(row("nccl", nccl_us(g, &k)));
+                if g.id == "a100_sxm" {
+                    rows.push(row("vidur/dgx/all_reduce", eager_us(g, &k)));
+                    // A multi-node profile: off the fabric, never carried.
+                    rows.push(row("vidur/dgx/internode/all_reduce", 3.0 * eager_us(g, &k)));
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().filter(|r| r.gpu != "h100_sxm").collect();
+        let m = OpModel::fit(Op::AllReduce, &refs, &spec, &FitParams::default());
+        assert_eq!(m.by_path["eager"].library_gpus["vidur/dgx/all_reduce"], vec!["a100_sxm".to_string()]);
+        let mut no_transfer = m.clone();
+        no_transfer.by_path.get_mut("eager").unwrap().library_gpus.clear();
+        let (mut carried, mut base) = (Vec::new(), Vec::new());
+        for p in [12, 16, 20, 24, 27] {
+            let k = kernel(p);
+            let truth = eager_us(&specs[1], &k);
+            carried.push((m.predict_us(&k, &specs[1], Some("vidur/dgx/all_reduce")) / truth - 1.0).abs());
+            base.push((no_transfer.predict_us(&k, &specs[1], Some("vidur/dgx/all_reduce")) / truth - 1.0).abs());
+            // The GPU that measured the library keeps its own prediction.
+            assert_eq!(
+                m.predict_us(&k, &specs[0], Some("vidur/dgx/all_reduce")),
+                no_transfer.predict_us(&k, &specs[0], Some("vidur/dgx/all_reduce"))
+            );
+            // Rows off the fabric are not carried.
+            assert_eq!(
+                m.predict_us(&k, &specs[1], Some("vidur/dgx/internode/all_reduce")),
+                no_transfer.predict_us(&k, &specs[1], Some("vidur/dgx/internode/all_reduce"))
+            );
+        }
+        let worst = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+        assert!(worst(&carried) < 0.15, "carried errors {carried:?}");
+        assert!(worst(&carried) < worst(&base), "carried {carried:?} vs base alone {base:?}");
     }
 
     #[test]
