@@ -227,3 +227,21 @@ fn moe_routing_flag_prices_the_busiest_expert_shard_in_the_simulation() {
     let err = sim_err(&["--moe-routing", "power_law_11"]);
     assert!(err.contains("power_law_11") && err.contains("alpha in [0, 10]"), "{err}");
 }
+
+#[test]
+fn a_slower_host_slows_a_host_bound_model_and_barely_a_gpu_bound_one() {
+    let tpot = |model: &str, scale: &str| {
+        sim(&["--model", model, "--num-requests", "64", "--concurrency", "8", "--workload", "fixed", "--isl", "256", "--osl", "64", "--host-scale", scale]).json()["tpot_ms"]["p50"]
+            .as_f64()
+            .unwrap()
+    };
+    // Qwen3-0.6B's steps are mostly vLLM's host work (1.6 ms per decode step, prompt steps'
+    // launches); Qwen3-32B's mostly GPU work on one H200.
+    let (small, small_slow) = (tpot("qwen3-0.6b", "1"), tpot("qwen3-0.6b", "1.5"));
+    let (big, big_slow) = (tpot("qwen3-32b", "1"), tpot("qwen3-32b", "1.5"));
+    assert!(small_slow / small > 1.2, "qwen3-0.6b {small} -> {small_slow}");
+    assert!(big_slow / big < 1.1 && big_slow > big, "qwen3-32b {big} -> {big_slow}");
+    for bad in ["0", "-2", "nan"] {
+        assert!(sim_err(&["--num-requests", "4", "--host-scale", bad]).contains("--host-scale"), "{bad}");
+    }
+}

@@ -975,11 +975,13 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
-    validate_models(&models, tiers)
+    validate_models(&models, tiers, 1.0)
 }
 
 /// `validate` on traces already loaded.
-pub fn validate_models(models: &[TraceModel], tiers: &[Tier]) -> Result<TracesReport> {
+/// `vllm_host_scale`: the shipped `vllm` host model's terms times this (`HostOverhead::scaled`),
+/// for runs measured on a host slower or faster than the one it was fitted on.
+pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_scale: f64) -> Result<TracesReport> {
     let mut report =
         TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
     for m in models {
@@ -991,7 +993,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier]) -> Result<TracesRe
     let any_graphs = hf_runs().any(|r| r.graphs.is_some());
     let any_eager = hf_runs().any(|r| r.graphs.is_none());
     // vLLM's runs use the shipped `vllm` host model (fitted on the public H100 rows) at every tier.
-    let host_vllm = Some(HostOverhead::for_engine("vllm")?);
+    let host_vllm = Some(HostOverhead::for_engine("vllm")?.scaled(vllm_host_scale)?);
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
         let host = if any_eager { Some(fit_host(models, tier, host_cg.as_ref())?) } else { None };

@@ -159,6 +159,35 @@ impl HostOverhead {
         }
     }
 
+    /// Every term times `factor`: the same engine on a host CPU `factor` times slower (> 1) or
+    /// faster than the one the model was fitted on. Lent H200 machines differ by up to ~1.5x in
+    /// vLLM's host-bound decode (`microbench/data/h200_sxm/vllm_engine/README.md`, run 9).
+    pub fn scaled(&self, factor: f64) -> Result<HostOverhead> {
+        if !(factor > 0.0 && factor.is_finite()) {
+            bail!("--host-scale must be a positive finite number (1 = the machine the host model was fitted on), got {factor}");
+        }
+        let f = |v: f64| v * factor;
+        Ok(HostOverhead {
+            per_step_us: f(self.per_step_us),
+            per_seq_us: f(self.per_seq_us),
+            per_seq_cache_group_us: f(self.per_seq_cache_group_us),
+            per_token_us: f(self.per_token_us),
+            per_full_read_token_us: f(self.per_full_read_token_us),
+            per_sliding_read_token_us: f(self.per_sliding_read_token_us),
+            launch_per_layer_us: f(self.launch_per_layer_us),
+            launch_per_kernel_us: f(self.launch_per_kernel_us),
+            piecewise_launch_per_layer_us: f(self.piecewise_launch_per_layer_us),
+            eager_launch_per_layer_us: f(self.eager_launch_per_layer_us),
+            per_layer_us: f(self.per_layer_us),
+            graph_capture_us: f(self.graph_capture_us),
+            graph_capture_per_kernel_us: f(self.graph_capture_per_kernel_us),
+            graph_capture_per_m_activations_us: f(self.graph_capture_per_m_activations_us),
+            sdpa_plan_us: f(self.sdpa_plan_us),
+            request_path_us: f(self.request_path_us),
+            source: if factor == 1.0 { self.source.clone() } else { format!("{}; every term x {factor} (--host-scale)", self.source) },
+        })
+    }
+
     /// Step wall time from the GPU time of its kernels and what the step asks of the host.
     pub fn step_us(&self, gpu_us: f64, load: &StepLoad) -> f64 {
         let launch = self.launch_per_layer_us * load.layers as f64
@@ -292,6 +321,23 @@ mod tests {
         // Per-kernel launches add to the per-layer ones: 32 x 500 + 400 x 50 = 36 ms.
         let k = HostOverhead { launch_per_kernel_us: 50.0, ..h };
         assert_eq!(k.step_us(5_000.0, &StepLoad { kernels: 400, ..one }), 36_100.0);
+    }
+
+    #[test]
+    fn a_slower_host_scales_every_term_and_leaves_gpu_bound_steps_alone() {
+        let h = HostOverhead { per_step_us: 1_000.0, per_seq_us: 30.0, piecewise_launch_per_layer_us: 150.0, request_path_us: 2_500.0, ..HostOverhead::zero() };
+        let s = h.scaled(1.5).unwrap();
+        assert_eq!((s.per_step_us, s.per_seq_us, s.piecewise_launch_per_layer_us, s.request_path_us), (1_500.0, 45.0, 225.0, 3_750.0));
+        // A host-bound step (32 layers of piecewise launches, 4.8 ms, over 1 ms of GPU work)
+        // takes 1.5x its host time; a GPU-bound one only pays the larger per-step terms.
+        let load = StepLoad { layers: 32, piecewise_layers: 32, seqs: 4, ..StepLoad::default() };
+        assert_eq!(h.step_us(1_000.0, &load), 4_800.0 + 1_000.0 + 120.0);
+        assert_eq!(s.step_us(1_000.0, &load), 7_200.0 + 1_500.0 + 180.0);
+        assert_eq!(s.step_us(50_000.0, &load) - h.step_us(50_000.0, &load), 560.0);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(h.scaled(bad).unwrap_err().to_string().contains("--host-scale"), "{bad}");
+        }
+        assert_eq!(h.scaled(1.0).unwrap(), h);
     }
 
     #[test]
