@@ -9,7 +9,7 @@ use crate::hardware::load_gpu;
 use crate::model::ModelConfig;
 use crate::perf::efficiency::KernelModel;
 use crate::perf::graphs::GraphPadding;
-use crate::perf::host::{CaptureLoad, HostOverhead};
+use crate::perf::host::{CaptureLoad, HostOverhead, Provenance};
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
@@ -566,13 +566,13 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
         per_step_us: coef[1],
         per_seq_us: coef[2],
         sdpa_plan_us: coef[3],
-        source: format!(
+        source: Provenance::of(format!(
             "fitted by `validate e2e` on {} host-bound decode steps of {} (tier {}){}",
             rows.len(),
             CALIBRATION_FAMILIES.join(", "),
             tier.as_str(),
             if bookkeeping.is_some() { ", with the probes' bookkeeping terms" } else { "" }
-        ),
+        )),
         ..keep
     })
 }
@@ -646,11 +646,9 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
     Ok(HostOverhead {
         piecewise_launch_per_layer_us: piecewise,
         eager_launch_per_layer_us: eager,
-        source: format!(
-            "{}; prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
-            // The fit being replaced named itself after "; kept:" (`silicon::fit`), or, written
-            // by this fit alone (`--no-silicon`), after "; prefill-step".
-            base.source.split("; kept:").next().unwrap_or_default().split("; prefill-step").next().unwrap_or_default(),
+        source: Provenance {
+            launch_terms: format!(
+            "prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
             runs.len(),
             VLLM_CALIBRATION_MODELS.join(", "),
             tier.as_str(),
@@ -660,7 +658,9 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
                 Some(v) => format!(", request path {v:.0} us measured from their engine timestamps"),
                 None => String::new(),
             }
-        ),
+            ),
+            ..base.source.clone()
+        },
         ..base.clone()
     })
 }
@@ -740,13 +740,13 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
         graph_capture_us: best.2[0],
         graph_capture_per_kernel_us: best.1,
         graph_capture_per_m_activations_us: best.2[1],
-        source: format!(
+        source: Provenance::of(format!(
             "fitted by `validate e2e` on {} replayed and {} capturing steps of the CUDA-graph runs of {} (tier {})",
             replays.len(),
             captures.len(),
             fitted_on.join(", "),
             tier.as_str()
-        ),
+        )),
         ..HostOverhead::zero()
     })
 }

@@ -74,8 +74,45 @@ pub struct HostOverhead {
     #[serde(default)]
     pub request_path_us: f64,
     /// Where the figures come from.
-    #[serde(default)]
-    pub source: String,
+    pub source: Provenance,
+}
+
+/// Where a host model's terms come from, one entry per fit that set some of them: vLLM's
+/// per-step terms come from the public H100 rows (`e2e::silicon::fit`), its prefill-step
+/// launch terms and request path from the H200 traces (`e2e::traces::fit_host_vllm`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// The fit that set every term `launch_terms` does not name.
+    pub step_terms: String,
+    /// The fit that set the prefill-step launch terms (`piecewise_launch_per_layer_us`,
+    /// `eager_launch_per_layer_us`) and `request_path_us`, where another fit than
+    /// `step_terms`'s did.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub launch_terms: String,
+    /// A what-if applied on top at run time (`--host-scale`); never written by a fit.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub adjusted: String,
+}
+
+impl Provenance {
+    /// One fit (or note) for every term.
+    pub fn of(text: impl Into<String>) -> Provenance {
+        Provenance { step_terms: text.into(), ..Provenance::default() }
+    }
+}
+
+impl std::fmt::Display for Provenance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.step_terms)?;
+        if !self.launch_terms.is_empty() {
+            write!(f, "; launch terms and request path: {}", self.launch_terms)?;
+        }
+        if !self.adjusted.is_empty() {
+            write!(f, "; {}", self.adjusted)?;
+        }
+        Ok(())
+    }
 }
 
 /// What capturing a step's CUDA graph involves, in the units of the capture terms.
@@ -130,7 +167,7 @@ impl Default for HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
-            source: "default placeholder (not fitted)".into(),
+            source: Provenance::of("default placeholder (not fitted)"),
         }
     }
 }
@@ -155,7 +192,7 @@ impl HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
-            source: "none".into(),
+            source: Provenance::of("none"),
         }
     }
 
@@ -184,7 +221,11 @@ impl HostOverhead {
             graph_capture_per_m_activations_us: f(self.graph_capture_per_m_activations_us),
             sdpa_plan_us: f(self.sdpa_plan_us),
             request_path_us: f(self.request_path_us),
-            source: if factor == 1.0 { self.source.clone() } else { format!("{}; every term x {factor} (--host-scale)", self.source) },
+            source: if factor == 1.0 {
+                self.source.clone()
+            } else {
+                Provenance { adjusted: format!("every term x {factor} (--host-scale)"), ..self.source.clone() }
+            },
         })
     }
 

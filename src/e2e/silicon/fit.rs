@@ -14,7 +14,7 @@
 use super::rows::SimPoint;
 use super::run::simulate;
 use crate::e2e::stats::{ape, ErrorStats};
-use crate::perf::host::HostOverhead;
+use crate::perf::host::{HostOverhead, Provenance};
 use crate::perf::Tier;
 use anyhow::{bail, Result};
 use rayon::prelude::*;
@@ -39,7 +39,7 @@ pub struct HostFit {
 }
 
 fn host(base: &HostOverhead, per_step_us: f64, per_seq_us: f64) -> HostOverhead {
-    HostOverhead { per_step_us, per_seq_us, source: String::new(), ..base.clone() }
+    HostOverhead { per_step_us, per_seq_us, source: Provenance::default(), ..base.clone() }
 }
 
 fn tpots(points: &[(SimPoint, f64)], tier: Tier, h: &HostOverhead) -> Result<Vec<f64>> {
@@ -110,18 +110,18 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &
     }
     let tpot_after = apes(&base);
     let mut h = host(x[0], x[1]);
-    h.source = format!(
-        "fitted by kernelsight e2e::silicon::fit on {} calibration runs of calibration/public/silicon_h100_sxm_agg.csv against the {} tier (TPOT median APE {:.1}% -> {:.1}%)",
-        points.len(),
-        tier.as_str(),
-        tpot_before.median_ape,
-        tpot_after.median_ape
-    );
-    if fixed.piecewise_launch_per_layer_us > 0.0 || fixed.eager_launch_per_layer_us > 0.0 || fixed.request_path_us > 0.0 {
-        // Where the kept terms came from: their own clause of the fixed model's source.
-        let origin = fixed.source.find("prefill-step").map_or(fixed.source.as_str(), |i| &fixed.source[i..]);
-        h.source += &format!("; kept: {origin}");
-    }
+    h.source = Provenance {
+        step_terms: format!(
+            "fitted by kernelsight e2e::silicon::fit on {} calibration runs of calibration/public/silicon_h100_sxm_agg.csv against the {} tier (TPOT median APE {:.1}% -> {:.1}%)",
+            points.len(),
+            tier.as_str(),
+            tpot_before.median_ape,
+            tpot_after.median_ape
+        ),
+        // The launch terms and request path are kept from `fixed`, with where they came from.
+        launch_terms: fixed.source.launch_terms.clone(),
+        adjusted: String::new(),
+    };
     Ok(HostFit { engine: engine.to_string(), tier, runs: points.len(), host: h, tpot_before, tpot_after })
 }
 
