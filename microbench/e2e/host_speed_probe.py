@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""How fast this machine's host runs the kind of work a serving engine's Python loop does.
+
+Lent H200 machines with the same recorded CPU model ran vLLM's host-bound decode ~1.5x apart
+(`microbench/data/h200_sxm/vllm_engine/README.md`, run 9). This probe times, in a few seconds,
+what such an engine's host does per step, so a machine's speed can be recorded next to its
+serving runs (and, once enough machines pair a probe with a serving run, told apart beforehand):
+
+  python_loop_ns     pure-Python interpreter work: ns per iteration of a small arithmetic loop
+  dict_list_ns       per-request bookkeeping of the kind schedulers do: ns per dict/list update
+  launch_us          host time to enqueue one tiny CUDA kernel (torch, 256 launches per batch,
+                     timed before the synchronize), median over batches
+  graph_replay_us    host time to enqueue one replay of a captured CUDA graph of 64 tiny kernels
+  sync_roundtrip_us  an empty-queue torch.cuda.synchronize() round trip
+
+Medians over repeats. Writes one JSON object (also to --out). Usage:
+  python3 microbench/e2e/host_speed_probe.py --out $OUT/host_speed.json
+"""
+import argparse, json, os, platform, statistics, time
+
+
+def median_of(fn, repeats):
+    return statistics.median(fn() for _ in range(repeats))
+
+
+def python_loop_ns(n=2_000_000):
+    t = time.perf_counter_ns()
+    acc = 0
+    for i in range(n):
+        acc = (acc + i * 7) & 0xFFFF
+    return (time.perf_counter_ns() - t) / n
+
+
+def dict_list_ns(n=300_000):
+    reqs = {i: {"tokens": [], "blocks": []} for i in range(256)}
+    t = time.perf_counter_ns()
+    for i in range(n):
+        r = reqs[i & 255]
+        r["tokens"].append(i)
+        if len(r["tokens"]) > 16:
+            r["blocks"].append(r["tokens"])
+            r["tokens"] = []
+    return (time.perf_counter_ns() - t) / n
+
+
+def gpu_probes(repeats):
+    try:
+        import torch
+    except ImportError:
+        return {"gpu": None}
+    if not torch.cuda.is_available():
+        return {"gpu": None, "torch": torch.__version__}
+    x = torch.zeros(16, device="cuda")
+    for _ in range(1000):  # warm up the allocator and the launch path
+        x.add_(1.0)
+    torch.cuda.synchronize()
+
+    def launch_us(batch=256):
+        t = time.perf_counter_ns()
+        for _ in range(batch):
+            x.add_(1.0)
+        dt = time.perf_counter_ns() - t
+        torch.cuda.synchronize()
+        return dt / batch / 1e3
+
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        for _ in range(64):
+            x.add_(1.0)
+    torch.cuda.synchronize()
+
+    def replay_us(n=32):
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            g.replay()
+        dt = time.perf_counter_ns() - t
+        torch.cuda.synchronize()
+        return dt / n / 1e3
+
+    def sync_us(n=200):
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            torch.cuda.synchronize()
+        return (time.perf_counter_ns() - t) / n / 1e3
+
+    return {
+        "launch_us": median_of(launch_us, repeats * 4),
+        "graph_replay_us": median_of(replay_us, repeats * 4),
+        "sync_roundtrip_us": median_of(sync_us, repeats),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+    }
+
+
+def cpu_facts():
+    facts = {"cpu_count": os.cpu_count(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        for key in ("model name", "cpu family", "model", "stepping", "microcode", "cpu MHz"):
+            vals = [l.split(":", 1)[1].strip() for l in text.splitlines() if l.split(":", 1)[0].strip() == key]
+            if vals:
+                facts[key.replace(" ", "_")] = vals[0] if key != "cpu MHz" else statistics.median(float(v) for v in vals)
+        with open("/proc/loadavg") as f:
+            facts["loadavg"] = f.read().split()[:3]
+    except OSError:
+        pass
+    return facts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    result = {
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **cpu_facts(),
+        "python_loop_ns": median_of(python_loop_ns, a.repeats),
+        "dict_list_ns": median_of(dict_list_ns, a.repeats),
+        **gpu_probes(a.repeats),
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
