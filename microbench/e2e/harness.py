@@ -532,6 +532,10 @@ def env_record():
          "flash_attn_installed": importlib.util.find_spec("flash_attn") is not None,
          "kernels_installed": importlib.util.find_spec("kernels") is not None,
          "platform": platform.platform(), "cpu_count": os.cpu_count(), "cpu_model": cpu_model()}
+    # Lent machines of one CPU model run an engine's host work ~1.5x apart (vllm_engine README,
+    # run 9): what this one does, probed before this process touches the GPU.
+    from host_speed_probe import probe_in_subprocess
+    d["host_probe"] = probe_in_subprocess()
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         d.update(gpu=p.name, sm_count=p.multi_processor_count, gpu_memory_gib=round(p.total_memory / 2**30, 2))

@@ -114,6 +114,22 @@ def cpu_facts():
     return facts
 
 
+def probe_in_subprocess(readings=2, repeats=5, timeout_s=120):
+    """`readings` probes, each in a fresh interpreter (so no CUDA context outlives it and the
+    engine started afterwards sees the GPU's memory as before); the first after a machine starts
+    reads slow, hence two. Failures are recorded, not raised: a probe must not stop a run."""
+    import subprocess, sys
+
+    out = []
+    for _ in range(readings):
+        try:
+            p = subprocess.run([sys.executable, __file__, "--repeats", str(repeats)], capture_output=True, text=True, timeout=timeout_s)
+            out.append(json.loads(p.stdout) if p.returncode == 0 else {"error": p.stderr[-500:]})
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            out.append({"error": str(e)})
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7)

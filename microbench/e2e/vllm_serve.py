@@ -33,6 +33,7 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import append_jsonl, cpu_model, find_config, log, make_prompts, make_run_id, nvidia_smi, r6, read_workload  # noqa: E402
+from host_speed_probe import probe_in_subprocess  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(HERE))
 import vllm_stubs  # noqa: E402
@@ -224,7 +225,9 @@ def env_record(plan_name):
             "vllm": vllm.__version__, "torch": torch.__version__, "triton": triton.__version__, "cuda_runtime": torch.version.cuda,
             "python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cpu_model": cpu_model(),
             # The engine core's host work sets small models' step times, and lent machines differ.
-            "engine_step_log": os.environ.get("KS_VLLM_STEP_LOG", ""), "nvidia_smi_before": nvidia_smi()}
+            "engine_step_log": os.environ.get("KS_VLLM_STEP_LOG", ""), "nvidia_smi_before": nvidia_smi(),
+            # Same CPU model, ~1.5x apart in vLLM's host work (vllm_engine README, run 9).
+            "host_probe": probe_in_subprocess()}
 
 
 def main():
