@@ -121,3 +121,22 @@ fn skewed_moe_routing_lowers_expert_parallel_capacity() {
     let (uniform, skewed) = (rate("uniform"), rate("power_law_1.2"));
     assert!(skewed < uniform, "power-law {skewed} req/s vs uniform {uniform} req/s");
 }
+
+#[test]
+fn a_slower_host_lowers_a_host_bound_models_capacity() {
+    // Qwen3-0.6B on one H200: its decode steps are mostly vLLM's host work, so a host 1.5x
+    // slower (`--host-scale 1.5`) cannot sustain the same rate under a TPOT objective.
+    let rate = |scale: &str| {
+        let (ok, stdout, stderr) = ks(&[
+            "capacity", "--model", "qwen3-0.6b", "--gpu", "h200_sxm", "--num-requests", "150", "--workload", "fixed", "--isl", "512", "--osl", "128",
+            "--slo-tpot-ms", "5", "--host-scale", scale, "--json",
+        ]);
+        assert!(ok, "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        v["capacity"]["max_rate_per_s"].as_f64().unwrap()
+    };
+    let (fitted, slower) = (rate("1"), rate("1.5"));
+    assert!(slower < 0.8 * fitted, "host x1.5: {slower} req/s vs {fitted} req/s");
+    let (ok, _, stderr) = ks(&["capacity", "--gpu", "h200_sxm", "--slo-ttft-ms", "300", "--host-scale", "0"]);
+    assert!(!ok && stderr.contains("--host-scale"), "{stderr}");
+}

@@ -82,7 +82,9 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     }
     let tier = a.deploy.tier.unwrap_or(Tier::Target);
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
-    let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?.with_served_routing(a.run.moe_routing);
+    let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?
+        .with_served_routing(a.run.moe_routing)
+        .with_host_scale(a.run.host_scale)?;
     let started = std::time::Instant::now();
     let spinner = if a.run.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
     spinner.set_message("searching the highest sustainable rate");

@@ -167,6 +167,12 @@ impl SimEvaluator {
         Ok(SimEvaluator { model, gpus, engine, tier, router, host, served_routing: crate::kernels::cost::Routing::SERVED_DEFAULT })
     }
 
+    /// The engine's host terms times `factor` (`HostOverhead::scaled`: a host CPU that much slower).
+    pub fn with_host_scale(mut self, factor: f64) -> Result<SimEvaluator> {
+        self.host = self.host.scaled(factor)?;
+        Ok(self)
+    }
+
     /// Prices MoE experts for `routing` instead of uniform routing (`KernelModel::with_served_routing`).
     pub fn with_served_routing(mut self, routing: crate::kernels::cost::Routing) -> SimEvaluator {
         self.served_routing = routing;
