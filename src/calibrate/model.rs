@@ -583,14 +583,16 @@ impl OpModel {
         } else {
             BTreeMap::new()
         };
-        let mut library_gpus: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for m in rows.iter().filter(|m| op.is_collective() && features::is_eager_kernel_timed(&m.backend)) {
-            let gpus = library_gpus.entry(m.backend.clone()).or_default();
-            if !gpus.contains(&m.gpu) {
-                gpus.push(m.gpu.clone());
+        // The eager libraries' GPUs, from the per-(link class, library) sets the bases used.
+        let mut eager_gpus: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (key, gpus) in &library_gpus {
+            match key.split_once('|') {
+                Some((_, backend)) if op.is_collective() && features::is_eager_kernel_timed(backend) => eager_gpus.entry(backend).or_default().extend(gpus),
+                _ => {}
             }
         }
-        library_gpus.values_mut().for_each(|g| g.sort());
+        let eager_library_gpus: BTreeMap<String, Vec<String>> =
+            eager_gpus.into_iter().map(|(b, g)| (b.to_string(), g.into_iter().map(str::to_string).collect())).collect();
         let mut names: Vec<String> = features::names(op).iter().map(|s| s.to_string()).collect();
         names.extend(backends.iter().map(|b| format!("backend={b}")));
         let train_gpus: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -607,7 +609,7 @@ impl OpModel {
             y_range,
             correction_ranges,
             own_corrections,
-            library_gpus,
+            library_gpus: eager_library_gpus,
             median_efficiency,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
@@ -674,10 +676,11 @@ impl OpModel {
     /// where either GPU's row runs off its own fabric (Vidur's PCIe pairs and multi-node rows:
     /// the benchmark-timed rows are on the fabric), or outside the learned and base forms.
     fn eager_transfer_us(&self, sub: &OpModel, form: Form, k: &Kernel, gpu: &GpuSpec, backend: &str, routing: Routing) -> Option<f64> {
+        // First the map lookup: every prediction on a path of its own passes here.
+        let sources = sub.library_gpus.get(backend)?;
         if !matches!(form, Form::Learned | Form::BaseOnly) || model_path(self.op, &self.default_backend).is_some() {
             return None;
         }
-        let sources = sub.library_gpus.get(backend)?;
         let n = k.num_gpus;
         let on_fabric = |g: &GpuSpec| LinkClass::of_row(g, n, backend) == LinkClass::of(g, n);
         if sources.iter().any(|g| *g == gpu.id) || !on_fabric(gpu) {

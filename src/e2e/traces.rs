@@ -648,16 +648,16 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
         eager_launch_per_layer_us: eager,
         source: Provenance {
             launch_terms: format!(
-            "prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
-            runs.len(),
-            VLLM_CALIBRATION_MODELS.join(", "),
-            tier.as_str(),
-            start,
-            best,
-            match path_us {
-                Some(v) => format!(", request path {v:.0} us measured from their engine timestamps"),
-                None => String::new(),
-            }
+                "prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
+                runs.len(),
+                VLLM_CALIBRATION_MODELS.join(", "),
+                tier.as_str(),
+                start,
+                best,
+                match path_us {
+                    Some(v) => format!(", request path {v:.0} us measured from their engine timestamps"),
+                    None => String::new(),
+                }
             ),
             ..base.source.clone()
         },

@@ -203,30 +203,36 @@ impl HostOverhead {
         if !(factor > 0.0 && factor.is_finite()) {
             bail!("--host-scale must be a positive finite number (1 = the machine the host model was fitted on), got {factor}");
         }
-        let f = |v: f64| v * factor;
-        Ok(HostOverhead {
-            per_step_us: f(self.per_step_us),
-            per_seq_us: f(self.per_seq_us),
-            per_seq_cache_group_us: f(self.per_seq_cache_group_us),
-            per_token_us: f(self.per_token_us),
-            per_full_read_token_us: f(self.per_full_read_token_us),
-            per_sliding_read_token_us: f(self.per_sliding_read_token_us),
-            launch_per_layer_us: f(self.launch_per_layer_us),
-            launch_per_kernel_us: f(self.launch_per_kernel_us),
-            piecewise_launch_per_layer_us: f(self.piecewise_launch_per_layer_us),
-            eager_launch_per_layer_us: f(self.eager_launch_per_layer_us),
-            per_layer_us: f(self.per_layer_us),
-            graph_capture_us: f(self.graph_capture_us),
-            graph_capture_per_kernel_us: f(self.graph_capture_per_kernel_us),
-            graph_capture_per_m_activations_us: f(self.graph_capture_per_m_activations_us),
-            sdpa_plan_us: f(self.sdpa_plan_us),
-            request_path_us: f(self.request_path_us),
-            source: if factor == 1.0 {
-                self.source.clone()
-            } else {
-                Provenance { adjusted: format!("every term x {factor} (--host-scale)"), ..self.source.clone() }
-            },
-        })
+        let mut h = self.clone();
+        if factor != 1.0 {
+            for (_, v) in h.terms_mut() {
+                *v *= factor;
+            }
+            h.source.adjusted = format!("every term x {factor} (--host-scale)");
+        }
+        Ok(h)
+    }
+
+    /// Every time term with its field name: what `scaled` multiplies and `validate` checks.
+    fn terms_mut(&mut self) -> [(&'static str, &mut f64); 16] {
+        [
+            ("per_step_us", &mut self.per_step_us),
+            ("per_seq_us", &mut self.per_seq_us),
+            ("per_seq_cache_group_us", &mut self.per_seq_cache_group_us),
+            ("per_token_us", &mut self.per_token_us),
+            ("per_full_read_token_us", &mut self.per_full_read_token_us),
+            ("per_sliding_read_token_us", &mut self.per_sliding_read_token_us),
+            ("launch_per_layer_us", &mut self.launch_per_layer_us),
+            ("launch_per_kernel_us", &mut self.launch_per_kernel_us),
+            ("piecewise_launch_per_layer_us", &mut self.piecewise_launch_per_layer_us),
+            ("eager_launch_per_layer_us", &mut self.eager_launch_per_layer_us),
+            ("per_layer_us", &mut self.per_layer_us),
+            ("graph_capture_us", &mut self.graph_capture_us),
+            ("graph_capture_per_kernel_us", &mut self.graph_capture_per_kernel_us),
+            ("graph_capture_per_m_activations_us", &mut self.graph_capture_per_m_activations_us),
+            ("sdpa_plan_us", &mut self.sdpa_plan_us),
+            ("request_path_us", &mut self.request_path_us),
+        ]
     }
 
     /// Step wall time from the GPU time of its kernels and what the step asks of the host.
@@ -307,25 +313,8 @@ impl HostOverhead {
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
-        for (name, v) in [
-            ("per_step_us", self.per_step_us),
-            ("per_seq_us", self.per_seq_us),
-            ("per_seq_cache_group_us", self.per_seq_cache_group_us),
-            ("per_token_us", self.per_token_us),
-            ("per_full_read_token_us", self.per_full_read_token_us),
-            ("per_sliding_read_token_us", self.per_sliding_read_token_us),
-            ("launch_per_layer_us", self.launch_per_layer_us),
-            ("launch_per_kernel_us", self.launch_per_kernel_us),
-            ("piecewise_launch_per_layer_us", self.piecewise_launch_per_layer_us),
-            ("eager_launch_per_layer_us", self.eager_launch_per_layer_us),
-            ("per_layer_us", self.per_layer_us),
-            ("graph_capture_us", self.graph_capture_us),
-            ("graph_capture_per_kernel_us", self.graph_capture_per_kernel_us),
-            ("graph_capture_per_m_activations_us", self.graph_capture_per_m_activations_us),
-            ("sdpa_plan_us", self.sdpa_plan_us),
-            ("request_path_us", self.request_path_us),
-        ] {
-            if !(v >= 0.0 && v.is_finite()) {
+        for (name, v) in self.clone().terms_mut() {
+            if !(*v >= 0.0 && v.is_finite()) {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
             }
         }
