@@ -245,3 +245,23 @@ fn a_slower_host_slows_a_host_bound_model_and_barely_a_gpu_bound_one() {
         assert!(sim_err(&["--num-requests", "4", "--host-scale", bad]).contains("--host-scale"), "{bad}");
     }
 }
+
+#[test]
+fn a_host_probe_scales_the_host_model_by_its_median_reading_over_the_reference() {
+    let reference = kernelsight::perf::host::HostOverhead::for_engine("vllm").unwrap().probe_python_loop_ns.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Three readings of a host 1.5x slower than the reference machines (median 1.5 x reference).
+    let readings: Vec<String> = [1.2, 1.5, 2.0].iter().map(|f| format!("{{\"python_loop_ns\": {}}}", f * reference)).collect();
+    let probe = dir.path().join("probe.json");
+    std::fs::write(&probe, format!("[{}]", readings.join(","))).unwrap();
+    let probe = probe.to_str().unwrap();
+    let base = ["--model", "qwen3-0.6b", "--num-requests", "32", "--concurrency", "8", "--workload", "fixed", "--isl", "256", "--osl", "32"];
+    let with = |extra: &[&str]| sim(&[&base[..], extra].concat()).json()["tpot_ms"]["p50"].as_f64().unwrap();
+    let probed = with(&["--host-probe", probe]);
+    assert!((probed - with(&["--host-scale", "1.5"])).abs() < 1e-6, "{probed}");
+    assert!(probed > with(&[]) * 1.2);
+    // One speed or the other, and only for an engine whose host model records a reference.
+    assert!(sim_err(&["--num-requests", "4", "--host-probe", probe, "--host-scale", "2"]).contains("cannot be used with"));
+    let e = sim_err(&["--num-requests", "4", "--engine", "sglang", "--host-probe", probe]);
+    assert!(e.contains("probe_python_loop_ns") && e.contains("--host-scale"), "{e}");
+}

@@ -12,6 +12,17 @@ serving runs (and, once enough machines pair a probe with a serving run, told ap
                      timed before the synchronize), median over batches
   graph_replay_us    host time to enqueue one replay of a captured CUDA graph of 64 tiny kernels
   sync_roundtrip_us  an empty-queue torch.cuda.synchronize() round trip
+  thread_handoff_us  one queue.Queue round trip between two threads (vLLM's engine core hands
+                     work between its busy loop and its input/output threads this way)
+  process_pipe_us    one multiprocessing.Pipe round trip between two processes (vLLM's front
+                     end and engine core are separate processes)
+  gather_ns          numpy random gather from a 256 MiB array, ns per element (memory latency
+                     and the shared L3's contention)
+  copy_gbps          numpy copy of a 256 MiB array (the host's memory bandwidth)
+  python_loop_spread the slowest over the fastest repeat of python_loop_ns (a host whose vCPUs
+                     are shared reads unevenly)
+  steal_pct          share of the probe's CPU time the hypervisor gave to other guests
+                     (/proc/stat steal over all jiffies, all CPUs, during the probe)
 
 Medians over repeats. Writes one JSON object (also to --out). Usage:
   python3 microbench/e2e/host_speed_probe.py --out $OUT/host_speed.json
@@ -41,6 +52,73 @@ def dict_list_ns(n=300_000):
             r["blocks"].append(r["tokens"])
             r["tokens"] = []
     return (time.perf_counter_ns() - t) / n
+
+
+def thread_handoff_us(n=2000):
+    import queue, threading
+
+    ping, pong = queue.Queue(), queue.Queue()
+
+    def echo():
+        for _ in range(n):
+            pong.put(ping.get())
+
+    t = threading.Thread(target=echo)
+    t.start()
+    start = time.perf_counter_ns()
+    for i in range(n):
+        ping.put(i)
+        pong.get()
+    dt = time.perf_counter_ns() - start
+    t.join()
+    return dt / n / 1e3
+
+
+def _pipe_echo(conn, n):
+    for _ in range(n):
+        conn.send(conn.recv())
+
+
+def process_pipe_us(n=2000):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    p = ctx.Process(target=_pipe_echo, args=(there, n + 100))
+    p.start()
+    for i in range(100):  # the child's start-up is not part of a round trip
+        here.send(i)
+        here.recv()
+    start = time.perf_counter_ns()
+    for i in range(n):
+        here.send(i)
+        here.recv()
+    dt = time.perf_counter_ns() - start
+    p.join()
+    return dt / n / 1e3
+
+
+def memory_probes(repeats):
+    try:
+        import numpy as np
+    except ImportError:
+        return {}
+    rng = np.random.default_rng(0)
+    big = rng.random(32 << 20)  # 256 MiB of float64: beyond any L3 here
+    idx = rng.integers(0, big.size, 1 << 22)
+    out = np.empty_like(big)
+
+    def gather_ns():
+        t = time.perf_counter_ns()
+        big.take(idx)
+        return (time.perf_counter_ns() - t) / idx.size
+
+    def copy_gbps():
+        t = time.perf_counter_ns()
+        np.copyto(out, big)
+        return 2 * big.nbytes / (time.perf_counter_ns() - t)
+
+    return {"gather_ns": median_of(gather_ns, repeats), "copy_gbps": median_of(copy_gbps, repeats)}
 
 
 def gpu_probes(repeats):
@@ -130,18 +208,37 @@ def probe_in_subprocess(readings=2, repeats=5, timeout_s=120):
     return out
 
 
+def cpu_jiffies():
+    """(steal, total) jiffies over all CPUs, or None where /proc/stat is missing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--out")
     a = ap.parse_args()
+    jiffies_before = cpu_jiffies()
+    loops = [python_loop_ns() for _ in range(a.repeats)]
     result = {
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **cpu_facts(),
-        "python_loop_ns": median_of(python_loop_ns, a.repeats),
+        "python_loop_ns": statistics.median(loops),
+        "python_loop_spread": max(loops) / min(loops),
         "dict_list_ns": median_of(dict_list_ns, a.repeats),
+        "thread_handoff_us": median_of(thread_handoff_us, a.repeats),
+        "process_pipe_us": median_of(process_pipe_us, 3),
+        **memory_probes(a.repeats),
         **gpu_probes(a.repeats),
     }
+    jiffies_after = cpu_jiffies()
+    if jiffies_before and jiffies_after and jiffies_after[1] > jiffies_before[1]:
+        result["steal_pct"] = 100.0 * (jiffies_after[0] - jiffies_before[0]) / (jiffies_after[1] - jiffies_before[1])
     text = json.dumps(result, indent=1)
     print(text)
     if a.out:

@@ -84,7 +84,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
     let cand = Candidate { gpu: gpu.id.clone(), dep, limits, disagg };
     let eval = SimEvaluator::new(model.clone(), std::slice::from_ref(&gpu), engine, tier, a.run.router)?
         .with_served_routing(a.run.moe_routing)
-        .with_host_scale(a.run.host_scale)?;
+        .with_host_speed(&a.run.host_speed.speed()?)?;
     let started = std::time::Instant::now();
     let spinner = if a.run.json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
     spinner.set_message("searching the highest sustainable rate");

@@ -59,10 +59,8 @@ pub struct RunArgs {
     /// parallelism the busiest GPU's shard sets the step).
     #[arg(long, default_value = "uniform", value_parser = super::common::parse_moe_routing)]
     pub moe_routing: crate::kernels::cost::Routing,
-    /// Host CPU speed against the machine the engine's host model was fitted on: every host
-    /// term times this (as `simulate --host-scale`).
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
-    pub host_scale: f64,
+    #[command(flatten)]
+    pub host_speed: crate::perf::host::HostSpeedArgs,
     /// Print JSON for scripts instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -220,7 +218,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         min_kv_tokens: longest_request(&workload)?,
     };
     let enumerated = space.enumerate(&model)?;
-    let eval = SimEvaluator::new(model.clone(), &gpus, engine, a.tier, a.run.router)?.with_served_routing(a.run.moe_routing).with_host_scale(a.run.host_scale)?;
+    let eval = SimEvaluator::new(model.clone(), &gpus, engine, a.tier, a.run.router)?.with_served_routing(a.run.moe_routing).with_host_speed(&a.run.host_speed.speed()?)?;
     let started = std::time::Instant::now();
     let pb = if a.run.json { ProgressBar::hidden() } else { progress_bar("simulating") };
     let input = PlanInput {

@@ -60,11 +60,8 @@ pub struct SimulateArgs {
     /// VLLM_MXFP4_USE_MARLIN=1: `moe=vllm/w4a16_mxfp4/vllm_gptossmxfp4moe_marlin`.
     #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
     pub kernel_backends: Vec<String>,
-    /// Host CPU speed against the machine the engine's host model was fitted on: every host
-    /// term times this (1.5 = a host 1.5x slower; lent H200 machines differ by up to ~1.5x in
-    /// vLLM's host-bound decode).
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
-    pub host_scale: f64,
+    #[command(flatten)]
+    pub host_speed: crate::perf::host::HostSpeedArgs,
     /// How served tokens spread over a MoE layer's experts: uniform (default), balanced, or
     /// power_law_<alpha> (skewed expert loads as aiconfigurator's collectors draw them; with
     /// expert parallelism the busiest GPU's shard sets the step).
@@ -171,7 +168,7 @@ impl SimulateArgs {
         let tier = self.deploy.tier.unwrap_or(Tier::Target);
         let km = named.kernel_model(&gpu, &dep, tier)?.with_served_routing(self.moe_routing);
         let note = if km.warnings().is_empty() { None } else { Some(km.warnings().join("; ")) };
-        let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.scaled(self.host_scale)?;
+        let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.at_speed(&self.host_speed.speed()?)?;
         let host_line = format!(
             "host overhead ({}): {}{}",
             host.source,

@@ -27,10 +27,8 @@ pub struct StepArgs {
     /// expert parallelism the busiest GPU's shard sets the step).
     #[arg(long, default_value = "uniform", value_parser = parse_moe_routing)]
     pub moe_routing: crate::kernels::cost::Routing,
-    /// Host CPU speed against the machine the engine's host model was fitted on: every host
-    /// term times this (as `simulate --host-scale`).
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
-    pub host_scale: f64,
+    #[command(flatten)]
+    pub host_speed: crate::perf::host::HostSpeedArgs,
     /// Print JSON (kernels array plus totals) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -54,7 +52,7 @@ pub fn run(args: StepArgs) -> Result<()> {
     named.apply(&mut engine);
     engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
     let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_served_routing(args.moe_routing);
-    let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.scaled(args.host_scale)?;
+    let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.at_speed(&args.host_speed.speed()?)?;
     let pred = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, plan.kv_capacity_tokens)?;
     let table = pred.kernel_table(&seqs);
     // A CUDA-graph engine captures a padded shape on first use: report the replayed step and

@@ -43,10 +43,10 @@ pub struct E2eArgs {
     /// file). Rebuild afterwards to embed them.
     #[arg(long)]
     pub fit_host: bool,
-    /// vLLM runs: the shipped host model's terms times this (runs measured on a host CPU slower
-    /// or faster than the one it was fitted on; see `simulate --host-scale`).
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
-    pub host_scale: f64,
+    /// vLLM runs: the shipped host model at this host speed (runs measured on a host CPU slower
+    /// or faster than the one it was fitted on; see `simulate --host-scale / --host-probe`).
+    #[command(flatten)]
+    pub host_speed: crate::perf::host::HostSpeedArgs,
 }
 
 pub fn run(args: E2eArgs) -> Result<()> {
@@ -90,7 +90,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
             );
         }
     }
-    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, args.host_scale)?) };
+    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?)?) };
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit)?) };
     if args.json {

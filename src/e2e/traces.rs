@@ -9,7 +9,7 @@ use crate::hardware::load_gpu;
 use crate::model::ModelConfig;
 use crate::perf::efficiency::KernelModel;
 use crate::perf::graphs::GraphPadding;
-use crate::perf::host::{CaptureLoad, HostOverhead, Provenance};
+use crate::perf::host::{CaptureLoad, HostOverhead, HostSpeed, Provenance};
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
 use crate::sim::engine::EngineParams;
@@ -975,13 +975,13 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
-    validate_models(&models, tiers, 1.0)
+    validate_models(&models, tiers, &HostSpeed::Scale(1.0))
 }
 
 /// `validate` on traces already loaded.
-/// `vllm_host_scale`: the shipped `vllm` host model's terms times this (`HostOverhead::scaled`),
-/// for runs measured on a host slower or faster than the one it was fitted on.
-pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_scale: f64) -> Result<TracesReport> {
+/// `vllm_host_speed`: the speed of the host the vLLM runs were measured on, against the one the
+/// shipped `vllm` host model was fitted on (`HostOverhead::at_speed`).
+pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed) -> Result<TracesReport> {
     let mut report =
         TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
     for m in models {
@@ -993,7 +993,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_scale: f
     let any_graphs = hf_runs().any(|r| r.graphs.is_some());
     let any_eager = hf_runs().any(|r| r.graphs.is_none());
     // vLLM's runs use the shipped `vllm` host model (fitted on the public H100 rows) at every tier.
-    let host_vllm = Some(HostOverhead::for_engine("vllm")?.scaled(vllm_host_scale)?);
+    let host_vllm = Some(HostOverhead::for_engine("vllm")?.at_speed(vllm_host_speed)?);
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
         let host = if any_eager { Some(fit_host(models, tier, host_cg.as_ref())?) } else { None };

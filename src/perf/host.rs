@@ -5,6 +5,8 @@
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
+pub use super::host_probe::{HostProbe, HostSpeed, HostSpeedArgs};
+
 include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +75,11 @@ pub struct HostOverhead {
     /// engine's own timestamps (`traces::measured_request_path_us`).
     #[serde(default)]
     pub request_path_us: f64,
+    /// The host-speed probe's median `python_loop_ns` on machines that run this engine's host
+    /// work as fast as the model says (`--host-probe` scales by a host's reading over this);
+    /// none where no probed machine was checked against the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_python_loop_ns: Option<f64>,
     /// Where the figures come from.
     pub source: Provenance,
 }
@@ -90,7 +97,10 @@ pub struct Provenance {
     /// `step_terms`'s did.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub launch_terms: String,
-    /// A what-if applied on top at run time (`--host-scale`); never written by a fit.
+    /// Which machines `probe_python_loop_ns` was read on and why they are the reference.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub probe_reference: String,
+    /// A what-if applied on top at run time (`--host-scale`, `--host-probe`); never written by a fit.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub adjusted: String,
 }
@@ -167,6 +177,7 @@ impl Default for HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
+            probe_python_loop_ns: None,
             source: Provenance::of("default placeholder (not fitted)"),
         }
     }
@@ -192,6 +203,7 @@ impl HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
+            probe_python_loop_ns: None,
             source: Provenance::of("none"),
         }
     }
@@ -210,6 +222,30 @@ impl HostOverhead {
             }
             h.source.adjusted = format!("every term x {factor} (--host-scale)");
         }
+        Ok(h)
+    }
+
+    /// The model for a host of the given speed: `--host-scale` as `scaled`; `--host-probe` the
+    /// probe's median over `probe_python_loop_ns`, an error where the model records none.
+    pub fn at_speed(&self, speed: &HostSpeed) -> Result<HostOverhead> {
+        let probe = match speed {
+            HostSpeed::Scale(f) => return self.scaled(*f),
+            HostSpeed::Probe(p) => p,
+        };
+        let Some(reference) = self.probe_python_loop_ns else {
+            bail!(
+                "--host-probe: this engine's host model ({}) records no probe reference (field 'probe_python_loop_ns'); \
+                 give the host's speed as --host-scale instead",
+                self.source.step_terms
+            );
+        };
+        let factor = probe.factor_against(reference);
+        let mut h = self.scaled(factor)?;
+        h.source.adjusted = format!(
+            "every term x {factor:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1} on the reference machines)",
+            probe.median_python_loop_ns(),
+            probe.python_loop_ns.len()
+        );
         Ok(h)
     }
 
@@ -318,6 +354,11 @@ impl HostOverhead {
                 bail!("{origin}: field '{name}' must be a non-negative number of microseconds, got {v}");
             }
         }
+        if let Some(ns) = self.probe_python_loop_ns {
+            if !(ns > 0.0 && ns.is_finite()) {
+                bail!("{origin}: field 'probe_python_loop_ns' must be a positive number of nanoseconds, got {ns}");
+            }
+        }
         Ok(())
     }
 
@@ -368,6 +409,21 @@ mod tests {
             assert!(h.scaled(bad).unwrap_err().to_string().contains("--host-scale"), "{bad}");
         }
         assert_eq!(h.scaled(1.0).unwrap(), h);
+    }
+
+    #[test]
+    fn a_probed_host_scales_by_its_median_reading_over_the_reference() {
+        let probe = HostProbe { python_loop_ns: vec![90.0, 120.0, 60.0], files: vec![] };
+        let h = HostOverhead { per_step_us: 1_000.0, per_seq_us: 30.0, probe_python_loop_ns: Some(60.0), ..HostOverhead::zero() };
+        let s = h.at_speed(&HostSpeed::Probe(probe.clone())).unwrap();
+        assert_eq!((s.per_step_us, s.per_seq_us), (1_500.0, 45.0));
+        assert!(s.source.adjusted.contains("x 1.500") && s.source.adjusted.contains("3 readings"), "{}", s.source.adjusted);
+        assert_eq!(h.at_speed(&HostSpeed::Scale(2.0)).unwrap(), h.scaled(2.0).unwrap());
+        // A model no probed machine was checked against cannot be scaled by a probe.
+        let e = HostOverhead { probe_python_loop_ns: None, ..h }.at_speed(&HostSpeed::Probe(probe)).unwrap_err().to_string();
+        assert!(e.contains("probe_python_loop_ns") && e.contains("--host-scale"), "{e}");
+        let bad = HostOverhead { probe_python_loop_ns: Some(0.0), ..HostOverhead::zero() };
+        assert!(bad.validate("x.json").unwrap_err().to_string().contains("probe_python_loop_ns"));
     }
 
     #[test]

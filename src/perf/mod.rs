@@ -4,6 +4,7 @@
 pub mod efficiency;
 pub mod graphs;
 pub mod host;
+pub mod host_probe;
 pub mod predictor;
 pub mod roofline;
 pub mod sol;

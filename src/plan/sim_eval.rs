@@ -167,9 +167,9 @@ impl SimEvaluator {
         Ok(SimEvaluator { model, gpus, engine, tier, router, host, served_routing: crate::kernels::cost::Routing::SERVED_DEFAULT })
     }
 
-    /// The engine's host terms times `factor` (`HostOverhead::scaled`: a host CPU that much slower).
-    pub fn with_host_scale(mut self, factor: f64) -> Result<SimEvaluator> {
-        self.host = self.host.scaled(factor)?;
+    /// The engine's host terms for a host of this speed (`HostOverhead::at_speed`).
+    pub fn with_host_speed(mut self, speed: &crate::perf::host::HostSpeed) -> Result<SimEvaluator> {
+        self.host = self.host.at_speed(speed)?;
         Ok(self)
     }
 

@@ -120,6 +120,8 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &
         ),
         // The launch terms and request path are kept from `fixed`, with where they came from.
         launch_terms: fixed.source.launch_terms.clone(),
+        // So is the probe reference (the machines the H200 traces ran on).
+        probe_reference: fixed.source.probe_reference.clone(),
         adjusted: String::new(),
     };
     Ok(HostFit { engine: engine.to_string(), tier, runs: points.len(), host: h, tpot_before, tpot_after })
