@@ -115,15 +115,20 @@ fn shipped_sample_maps_every_model_and_limit_bounds_the_work() {
     let all = rows::load(&path, None).unwrap();
     assert_eq!(all.len(), 810);
     // Every row of the curated sample has a model under models/ and an engine profile; the only
-    // rows not simulated are MiniMax-M2.5's 15 whose layout columns say attention DP 4.
-    let mut attention_dp = 0;
+    // rows not simulated are MiniMax-M2.5's 15 whose layout columns say attention DP 4 and
+    // gpt-oss-120b's 5 TensorRT-LLM rows whose batch_size is a share of their clients.
+    let (mut attention_dp, mut share) = (0, 0);
     for r in &all {
         if let Err(e) = rows::plan(r) {
-            assert!(e.contains("attention data parallelism") && r.model_path.contains("MiniMax-M2.5"), "line {}: {e}", r.line);
-            attention_dp += 1;
+            if e.contains("attention data parallelism") && r.model_path.contains("MiniMax-M2.5") {
+                attention_dp += 1;
+            } else {
+                assert!(e.contains("per replica") && r.model_path.contains("gpt-oss") && r.backend == "trtllm", "line {}: {e}", r.line);
+                share += 1;
+            }
         }
     }
-    assert_eq!(attention_dp, 15);
+    assert_eq!((attention_dp, share), (15, 5));
     let rep = validate_silicon(&path, &[Tier::Roofline], Some(3)).unwrap();
     assert_eq!(rep.rows_read, 3);
     assert_eq!(rep.rows_simulated + rep.rows_not_simulated, 3);
@@ -173,4 +178,34 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     std::fs::write(&bad, format!("{HEADER},client\n{LOW_C},vidur\n")).unwrap();
     let e = format!("{:#}", validate_silicon(&bad, &[Tier::Roofline], None).unwrap_err());
     assert!(e.contains("line 2") && e.contains("'client'") && e.contains("inferencemax"), "{e}");
+}
+
+#[test]
+fn a_row_whose_batch_size_is_a_share_of_the_benchmark_concurrency_is_not_simulated() {
+    // Upstream's gpt-oss-120b TensorRT-LLM rows: batch_size 48, the run's concurrency 192 (its
+    // id says c192) at TP 4, no attention DP in the layout columns. The curated copy carries the
+    // concurrency as a column; upstream's own file in its silicon_data_source.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/public/silicon_h100_sxm_agg.csv");
+    let all = rows::load(&path, None).unwrap();
+    let r = all.iter().find(|r| r.id.contains("gpt_oss_120b_h100_sxm_trtllm_agg_4000x1000_c192_tp4")).unwrap();
+    assert_eq!((r.batch_size, r.silicon_concurrency), (Some(48), Some(192)));
+    let e = rows::plan(r).unwrap_err();
+    assert!(e.contains("192 clients") && e.contains("batch_size is 48"), "{e}");
+    let differ = all.iter().filter(|r| r.silicon_concurrency.is_some_and(|c| Some(c) != r.batch_size)).count();
+    assert_eq!(differ, 20, "the 5 gpt-oss TensorRT-LLM rows and the 15 attention-DP MiniMax rows");
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = dir.path().join("up.csv");
+    std::fs::write(
+        &upstream,
+        "backend,model_path,system,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms,silicon_data_source\n\
+         trtllm,openai/gpt-oss-120b,h100_sxm,4000,1000,48,4,1590,48.8,source_file=data/x.csv; gtl_job_id=1; silicon_concurrency=48\n\
+         trtllm,openai/gpt-oss-120b,h100_sxm,4000,1000,48,4,1590,48.8,source_file=data/x.csv; silicon_concurrency=192\n\
+         trtllm,openai/gpt-oss-120b,h100_sxm,4000,1000,48,4,1590,48.8,source_file=data/x.csv; silicon_concurrency=many\n",
+    )
+    .unwrap();
+    let e = rows::load(&upstream, None).unwrap_err().to_string();
+    assert!(e.contains("line 4") && e.contains("silicon_concurrency"), "{e}");
+    let two = rows::load(&upstream, Some(2)).unwrap();
+    assert_eq!(rows::plan(&two[0]).unwrap().concurrency, 48);
+    assert!(rows::plan(&two[1]).is_err());
 }

@@ -28,6 +28,11 @@ pub struct SiliconRow {
     pub gemm_quant_mode: String,
     /// Client concurrency of the closed-loop benchmark.
     pub batch_size: Option<u32>,
+    /// The benchmark's own concurrency where the row records it (`silicon_concurrency` column,
+    /// else the `silicon_concurrency=` entry of upstream's `silicon_data_source`). It equals
+    /// `batch_size` except on rows whose `batch_size` counts one attention-DP rank's or one
+    /// replica's share (`plan` does not simulate those).
+    pub silicon_concurrency: Option<u32>,
     pub tp_size: Option<u32>,
     pub pp_size: Option<u32>,
     pub attention_dp_size: Option<u32>,
@@ -135,6 +140,15 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
             ("", source) => Client::from_source(source),
             (c, _) => Client::parse(c, &origin)?,
         };
+        let silicon_concurrency = match f("silicon_concurrency") {
+            "" => f("silicon_data_source")
+                .split(';')
+                .find_map(|kv| kv.trim().strip_prefix("silicon_concurrency="))
+                .map(|v| parse_count(v, &origin, "silicon_data_source silicon_concurrency"))
+                .transpose()?
+                .flatten(),
+            v => parse_count(v, &origin, "silicon_concurrency")?,
+        };
         let mode = match f("mode") {
             "" => "agg".to_string(),
             m => m.to_ascii_lowercase(),
@@ -151,6 +165,7 @@ pub fn load(path: &Path, limit: Option<usize>) -> Result<Vec<SiliconRow>> {
             osl: parse_count(f("osl"), &origin, "osl")?,
             gemm_quant_mode: f("gemm_quant_mode").to_ascii_lowercase(),
             batch_size: parse_count(f("batch_size"), &origin, "batch_size")?,
+            silicon_concurrency,
             tp_size: parse_count(f("tp_size"), &origin, "tp_size")?,
             pp_size: parse_count(f("pp_size"), &origin, "pp_size")?,
             attention_dp_size: parse_count(f("attention_dp_size"), &origin, "attention_dp_size")?,
@@ -326,6 +341,13 @@ pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
     let need = |v: Option<u32>, name: &str| v.filter(|&x| x > 0).ok_or_else(|| format!("field '{name}' is empty or 0"));
     let (isl, osl) = (need(row.isl, "isl")?, need(row.osl, "osl")?);
     let concurrency = need(row.batch_size, "batch_size")?;
+    if let Some(sc) = row.silicon_concurrency.filter(|&sc| sc != concurrency) {
+        // Upstream's gpt-oss-120b TensorRT-LLM rows: batch_size 48, the run 192 clients (its id
+        // says c192) at TP 4 with no attention DP in the layout columns.
+        return Err(format!(
+            "the benchmark ran {sc} clients but batch_size is {concurrency}: a share per attention-DP rank or per replica, which the layout columns do not say"
+        ));
+    }
     let tp = need(row.tp_size, "tp_size")?;
     let pp = row.pp_size.filter(|&x| x > 0).unwrap_or(1);
     let is_moe = crate::model::ModelConfig::load(&model).map_err(|e| e.to_string())?.moe.is_some();
