@@ -341,12 +341,11 @@ pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
     let need = |v: Option<u32>, name: &str| v.filter(|&x| x > 0).ok_or_else(|| format!("field '{name}' is empty or 0"));
     let (isl, osl) = (need(row.isl, "isl")?, need(row.osl, "osl")?);
     let concurrency = need(row.batch_size, "batch_size")?;
-    if let Some(sc) = row.silicon_concurrency.filter(|&sc| sc != concurrency) {
+    if row.silicon_concurrency.is_some_and(|sc| sc != concurrency) {
         // Upstream's gpt-oss-120b TensorRT-LLM rows: batch_size 48, the run 192 clients (its id
-        // says c192) at TP 4 with no attention DP in the layout columns.
-        return Err(format!(
-            "the benchmark ran {sc} clients but batch_size is {concurrency}: a share per attention-DP rank or per replica, which the layout columns do not say"
-        ));
+        // says c192) at TP 4 with no attention DP in the layout columns. One reason for all such
+        // rows, so the report groups them; the numbers are in the row.
+        return Err("batch_size is a share of the benchmark's clients (silicon_concurrency), per attention-DP rank or per replica, which the layout columns do not say".into());
     }
     let tp = need(row.tp_size, "tp_size")?;
     let pp = row.pp_size.filter(|&x| x > 0).unwrap_or(1);
