@@ -17,6 +17,9 @@ fn the_probe_script_writes_a_reading_the_simulator_reads() {
     for field in ["python_loop_ns", "dict_list_ns", "thread_handoff_us", "process_pipe_us"] {
         assert!(json[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {json}");
     }
+    // Pinned to each CPU in turn (Linux): one positive reading per CPU the test may run on.
+    let per_cpu = json["python_loop_ns_per_cpu"].as_object().expect("python_loop_ns_per_cpu");
+    assert!(!per_cpu.is_empty() && per_cpu.values().all(|v| v.as_f64().is_some_and(|ns| ns > 0.0)), "{json}");
     let probe = HostProbe::load(&[out]).unwrap();
     assert_eq!(probe.python_loop_ns.len(), 1);
     assert_eq!(probe.median_python_loop_ns(), json["python_loop_ns"].as_f64().unwrap());

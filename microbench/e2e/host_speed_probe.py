@@ -23,6 +23,8 @@ serving runs (and, once enough machines pair a probe with a serving run, told ap
                      are shared reads unevenly)
   steal_pct          share of the probe's CPU time the hypervisor gave to other guests
                      (/proc/stat steal over all jiffies, all CPUs, during the probe)
+  python_loop_ns_per_cpu  the Python loop pinned to each CPU in turn (median of 3 short runs):
+                     whether a slow machine is slow on every vCPU or on some (shared cores)
 
 Medians over repeats. Writes one JSON object (also to --out). Usage:
   python3 microbench/e2e/host_speed_probe.py --out $OUT/host_speed.json
@@ -52,6 +54,24 @@ def dict_list_ns(n=300_000):
             r["blocks"].append(r["tokens"])
             r["tokens"] = []
     return (time.perf_counter_ns() - t) / n
+
+
+def python_loop_ns_per_cpu(repeats=3, n=300_000):
+    """{cpu: ns} for every CPU this process may run on; {} where affinity cannot be set."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return {}
+    out = {}
+    try:
+        for cpu in allowed:
+            os.sched_setaffinity(0, {cpu})
+            out[str(cpu)] = median_of(lambda: python_loop_ns(n), repeats)
+    except OSError:
+        return {}
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return out
 
 
 def thread_handoff_us(n=2000):
@@ -234,6 +254,7 @@ def main():
         "thread_handoff_us": median_of(thread_handoff_us, a.repeats),
         "process_pipe_us": median_of(process_pipe_us, 3),
         **memory_probes(a.repeats),
+        "python_loop_ns_per_cpu": python_loop_ns_per_cpu(),
         **gpu_probes(a.repeats),
     }
     jiffies_after = cpu_jiffies()
