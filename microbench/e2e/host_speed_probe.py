@@ -74,6 +74,15 @@ def python_loop_ns_per_cpu(repeats=3, n=300_000):
     return out
 
 
+def round_trip_us(send, recv, n):
+    """Mean us of `n` send-then-receive round trips to an echoing peer."""
+    start = time.perf_counter_ns()
+    for i in range(n):
+        send(i)
+        recv()
+    return (time.perf_counter_ns() - start) / n / 1e3
+
+
 def thread_handoff_us(n=2000):
     import queue, threading
 
@@ -85,13 +94,9 @@ def thread_handoff_us(n=2000):
 
     t = threading.Thread(target=echo)
     t.start()
-    start = time.perf_counter_ns()
-    for i in range(n):
-        ping.put(i)
-        pong.get()
-    dt = time.perf_counter_ns() - start
+    us = round_trip_us(ping.put, pong.get, n)
     t.join()
-    return dt / n / 1e3
+    return us
 
 
 def _pipe_echo(conn, n):
@@ -106,16 +111,10 @@ def process_pipe_us(n=2000):
     here, there = ctx.Pipe()
     p = ctx.Process(target=_pipe_echo, args=(there, n + 100))
     p.start()
-    for i in range(100):  # the child's start-up is not part of a round trip
-        here.send(i)
-        here.recv()
-    start = time.perf_counter_ns()
-    for i in range(n):
-        here.send(i)
-        here.recv()
-    dt = time.perf_counter_ns() - start
+    round_trip_us(here.send, here.recv, 100)  # the child's start-up is not part of a round trip
+    us = round_trip_us(here.send, here.recv, n)
     p.join()
-    return dt / n / 1e3
+    return us
 
 
 def memory_probes(repeats):

@@ -9,6 +9,8 @@ use crate::schema::Op;
 use crate::sim::engine::{Backends, EngineParams};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use crate::perf::host::{HostProbe, HostSpeed};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
 pub struct DeployArgs {
@@ -107,5 +109,30 @@ impl NamedBackends {
             }
         }
         Ok(km)
+    }
+}
+
+/// `--host-scale` / `--host-probe`, shared by every command that runs the host model.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HostSpeedArgs {
+    /// Host CPU speed against the machine the engine's host model was fitted on: every host
+    /// term times this (1.5 = a host 1.5x slower; lent H200 machines differ by up to ~1.5x in
+    /// vLLM's host-bound decode).
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    pub host_scale: f64,
+    /// Probe readings of the serving host (`python3 microbench/e2e/host_speed_probe.py --out
+    /// FILE`, a few readings; or a harness env.json): the host terms are scaled by their median
+    /// `python_loop_ns` over the reading recorded for the machine the host model was fitted on.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "host_scale")]
+    pub host_probe: Vec<PathBuf>,
+}
+
+impl HostSpeedArgs {
+    pub fn speed(&self) -> Result<HostSpeed> {
+        if self.host_probe.is_empty() {
+            Ok(HostSpeed::Scale(self.host_scale))
+        } else {
+            Ok(HostSpeed::Probe(HostProbe::load(&self.host_probe)?))
+        }
     }
 }

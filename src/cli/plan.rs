@@ -60,7 +60,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "uniform", value_parser = super::common::parse_moe_routing)]
     pub moe_routing: crate::kernels::cost::Routing,
     #[command(flatten)]
-    pub host_speed: crate::perf::host::HostSpeedArgs,
+    pub host_speed: crate::cli::common::HostSpeedArgs,
     /// Print JSON for scripts instead of tables.
     #[arg(long)]
     pub json: bool,

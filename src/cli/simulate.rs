@@ -61,7 +61,7 @@ pub struct SimulateArgs {
     #[arg(long = "kernel-backend", value_name = "OP=PREFIX")]
     pub kernel_backends: Vec<String>,
     #[command(flatten)]
-    pub host_speed: crate::perf::host::HostSpeedArgs,
+    pub host_speed: crate::cli::common::HostSpeedArgs,
     /// How served tokens spread over a MoE layer's experts: uniform (default), balanced, or
     /// power_law_<alpha> (skewed expert loads as aiconfigurator's collectors draw them; with
     /// expert parallelism the busiest GPU's shard sets the step).

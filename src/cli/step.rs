@@ -28,7 +28,7 @@ pub struct StepArgs {
     #[arg(long, default_value = "uniform", value_parser = parse_moe_routing)]
     pub moe_routing: crate::kernels::cost::Routing,
     #[command(flatten)]
-    pub host_speed: crate::perf::host::HostSpeedArgs,
+    pub host_speed: crate::cli::common::HostSpeedArgs,
     /// Print JSON (kernels array plus totals) instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -46,7 +46,7 @@ pub struct E2eArgs {
     /// vLLM runs: the shipped host model at this host speed (runs measured on a host CPU slower
     /// or faster than the one it was fitted on; see `simulate --host-scale / --host-probe`).
     #[command(flatten)]
-    pub host_speed: crate::perf::host::HostSpeedArgs,
+    pub host_speed: crate::cli::common::HostSpeedArgs,
 }
 
 pub fn run(args: E2eArgs) -> Result<()> {

@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Result};
 use serde::{Deserialize, Serialize};
 
-pub use super::host_probe::{HostProbe, HostSpeed, HostSpeedArgs};
+pub use super::host_probe::{HostProbe, HostSpeed};
 
 include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
 

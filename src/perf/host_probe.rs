@@ -1,7 +1,7 @@
 //! The serving host's speed against the machine an engine's host model was fitted on, from
 //! `microbench/e2e/host_speed_probe.py` readings (`--host-probe`) or as a plain factor
-//! (`--host-scale`). Lent H200 machines of one recorded CPU model run vLLM's host work at two
-//! speeds ~1.5x apart; the probe's Python loop tells them apart
+//! (`--host-scale`; the flags: `cli::common::HostSpeedArgs`). Lent H200 machines of one recorded
+//! CPU model run vLLM's host work at two speeds ~1.5x apart; the probe's Python loop tells them apart
 //! (`microbench/data/h200_sxm/vllm_engine/README.md`, runs 9 and 10).
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -95,31 +95,6 @@ pub enum HostSpeed {
     /// Every host term times the probe's median over the fitted machine's (the engine's host
     /// model must record its reference reading).
     Probe(HostProbe),
-}
-
-/// `--host-scale` / `--host-probe`, shared by every command that runs the host model.
-#[derive(clap::Args, Debug, Clone)]
-pub struct HostSpeedArgs {
-    /// Host CPU speed against the machine the engine's host model was fitted on: every host
-    /// term times this (1.5 = a host 1.5x slower; lent H200 machines differ by up to ~1.5x in
-    /// vLLM's host-bound decode).
-    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
-    pub host_scale: f64,
-    /// Probe readings of the serving host (`python3 microbench/e2e/host_speed_probe.py --out
-    /// FILE`, a few readings; or a harness env.json): the host terms are scaled by their median
-    /// `python_loop_ns` over the reading recorded for the machine the host model was fitted on.
-    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "host_scale")]
-    pub host_probe: Vec<PathBuf>,
-}
-
-impl HostSpeedArgs {
-    pub fn speed(&self) -> Result<HostSpeed> {
-        if self.host_probe.is_empty() {
-            Ok(HostSpeed::Scale(self.host_scale))
-        } else {
-            Ok(HostSpeed::Probe(HostProbe::load(&self.host_probe)?))
-        }
-    }
 }
 
 #[cfg(test)]
