@@ -14,6 +14,7 @@ pub mod microbench;
 pub mod model;
 pub mod perf;
 pub mod plan;
+pub mod quantile;
 pub mod report;
 pub mod schema;
 pub mod sim;

@@ -10,6 +10,7 @@ use crate::hardware::GpuSpec;
 use crate::kernels::cost::Routing;
 use crate::perf::roofline::RooflineParams;
 use crate::perf::sol::Sol;
+use crate::quantile::upper_median;
 use crate::schema::{Kernel, Op};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -46,9 +47,9 @@ impl Base {
         let mut best_err = f64::INFINITY;
         for &l in floors {
             let mut ratios: Vec<f64> = points.iter().filter(|(s, t)| *t > l && *s > 0.0).map(|(s, t)| (t - l) / s).collect();
-            let c = inv_efficiency.unwrap_or_else(|| median(&mut ratios).unwrap_or(1.0).max(1.0));
+            let c = inv_efficiency.unwrap_or_else(|| upper_median(&mut ratios).unwrap_or(1.0).max(1.0));
             let mut errs: Vec<f64> = points.iter().map(|(s, t)| ((l + c * s) / t).ln().abs()).collect();
-            let err = median(&mut errs).unwrap_or(f64::INFINITY);
+            let err = upper_median(&mut errs).unwrap_or(f64::INFINITY);
             if err < best_err {
                 best_err = err;
                 best = Base { latency_us: l, inv_efficiency: c };
@@ -126,7 +127,7 @@ impl TwoResourceBase {
         // Per row: DRAM time at spec bandwidth and issue time at one SM cycle per byte (us).
         let terms: Vec<(f64, f64)> = points.iter().map(|(b, g, _)| (1e6 * b / g.hbm_bytes_per_s(), 1e6 * b / sm_cycles_per_s(g))).collect();
         let mut scale: Vec<f64> = terms.iter().filter(|(_, i)| *i > 0.0).map(|(d, i)| d / i).collect();
-        let k = median(&mut scale)?;
+        let k = upper_median(&mut scale)?;
         // (DRAM weight, issue weight) per unit scale: DRAM alone, 33 mixes, issue alone.
         let weights: Vec<(f64, f64)> = std::iter::once((1.0, 0.0))
             .chain((0..=32).map(|s| (1.0, k * 2f64.powf((s as f64 - 16.0) / 4.0))))
@@ -138,12 +139,12 @@ impl TwoResourceBase {
                 let mix = |(d, i): (f64, f64)| (wd * d).max(wi * i);
                 let mut ratios: Vec<f64> =
                     points.iter().zip(&terms).filter(|((_, _, t), tm)| *t > l && mix(**tm) > 0.0).map(|((_, _, t), tm)| (t - l) / mix(*tm)).collect();
-                let Some(c) = median(&mut ratios) else { continue };
+                let Some(c) = upper_median(&mut ratios) else { continue };
                 let per_gpu: Vec<f64> = by_gpu
                     .values()
                     .filter_map(|ix| {
                         let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * mix(terms[i])) / points[i].2).ln().abs()).collect();
-                        median(&mut e)
+                        upper_median(&mut e)
                     })
                     .collect();
                 let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
@@ -154,14 +155,6 @@ impl TwoResourceBase {
         }
         best.map(|(_, b)| b)
     }
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[v.len() / 2])
 }
 
 /// How an op's time is predicted: the physical base times the learned correction, the base
@@ -548,7 +541,7 @@ impl OpModel {
 
         let mut effs: Vec<f64> =
             prepared.iter().filter(|(_, _, m, _, _)| m.kernel.op == op).map(|(_, s, m, _, _)| (s.sol_us / m.latency_us).min(1.0)).collect();
-        let median_efficiency = median(&mut effs).unwrap_or(1.0).max(1e-6);
+        let median_efficiency = upper_median(&mut effs).unwrap_or(1.0).max(1e-6);
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();

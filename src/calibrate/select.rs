@@ -17,6 +17,7 @@
 use super::dataset::Measurement;
 use super::model::{base_key, FitParams, Form, OpModel};
 use crate::hardware::GpuSpec;
+use crate::quantile::upper_median;
 use crate::schema::Op;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,11 +150,11 @@ fn inner_check<'a>(
                 t.push(err(inner.predict_routed_us(&m.kernel, g, Some(&m.backend), m.routing)));
             }
         }
-        learned.push(median(&mut l));
-        base.push(median(&mut b));
-        roof.push(median(&mut r));
+        learned.push(upper_median(&mut l).expect("a fold has MIN_INNER_ROWS rows"));
+        base.push(upper_median(&mut b).expect("a fold has MIN_INNER_ROWS rows"));
+        roof.push(upper_median(&mut r).expect("a fold has MIN_INNER_ROWS rows"));
         if with_two_resource {
-            two.push(median(&mut t));
+            two.push(upper_median(&mut t).expect("a fold has MIN_INNER_ROWS rows"));
         }
     }
     if learned.is_empty() {
@@ -167,11 +168,6 @@ fn inner_check<'a>(
         roofline_log_err: mean(&roof),
         two_resource_log_err: with_two_resource.then(|| mean(&two)),
     })
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 #[cfg(test)]

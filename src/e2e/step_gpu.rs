@@ -56,8 +56,8 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
                 tier: tier.as_str(),
                 held_out: !model.is_calibration(),
                 steps: pairs.len(),
-                measured_gpu_ms_p50: super::stats::quantile(&pairs.iter().map(|p| p.0).collect::<Vec<_>>(), 0.5),
-                predicted_gpu_ms_p50: super::stats::quantile(&pairs.iter().map(|p| p.1).collect::<Vec<_>>(), 0.5),
+                measured_gpu_ms_p50: crate::quantile::median(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()),
+                predicted_gpu_ms_p50: crate::quantile::median(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()),
                 ape: ErrorStats::of(&apes),
             });
         }

@@ -3,7 +3,8 @@
 //! overhead on a calibration subset of model families, and replaying every run in the simulator
 //! with the profile of the engine that ran it.
 
-use super::stats::{ape, quantile, ErrorStats};
+use super::stats::{ape, ErrorStats};
+use crate::quantile::quantile;
 use crate::deployment::Deployment;
 use crate::hardware::load_gpu;
 use crate::model::ModelConfig;

@@ -6,6 +6,7 @@
 
 use super::verdict::NOISE_MARGIN;
 use crate::hardware::{load_gpu, GpuSpec};
+use crate::quantile::nearest_rank;
 use super::bound::{warm_l2_sol_us, Resource};
 use super::bound::OpClass;
 use super::kernel::hard_sol;
@@ -151,11 +152,6 @@ pub fn timed_vidur_way(r: &KernelRow) -> bool {
     r.backend.as_deref().is_some_and(|b| b == crate::ingest::vidur::SOURCE || b.starts_with("vidur/"))
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
-    sorted[i]
-}
-
 pub fn validate(rows: &[KernelRow]) -> Report {
     let mut gpus: HashMap<String, Option<GpuSpec>> = HashMap::new();
     let mut skipped = BTreeMap::new();
@@ -212,9 +208,9 @@ pub fn validate(rows: &[KernelRow]) -> Report {
             GroupStats {
                 rows: v.len(),
                 min: v[0],
-                p01: quantile(&v, 0.01),
-                p50: quantile(&v, 0.5),
-                p99: quantile(&v, 0.99),
+                p01: nearest_rank(&v, 0.01),
+                p50: nearest_rank(&v, 0.5),
+                p99: nearest_rank(&v, 0.99),
                 max: v[v.len() - 1],
                 below_sol: v.iter().filter(|&&x| x < 1.0).count(),
                 unexplained: unexplained.get(&key).copied().unwrap_or(0),

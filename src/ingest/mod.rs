@@ -97,14 +97,10 @@ pub fn aggregate_median(rows: Vec<KernelRow>) -> Vec<KernelRow> {
     out
 }
 
+/// Median of the finite values (repeated measurements of one key), None when there are none.
 fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) })
+    (!v.is_empty()).then(|| crate::quantile::median(&v))
 }
 
 /// Deterministic order: gpu, source, backend, op, dtype, kv dtype, shape, kernel name.

@@ -46,10 +46,7 @@ impl HostProbe {
     /// Median over the readings: a shared host's single-thread speed swings between readings
     /// (58-118 ns on one slow machine), so one reading is not enough.
     pub fn median_python_loop_ns(&self) -> f64 {
-        let mut v = self.python_loop_ns.clone();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+        crate::quantile::median(&self.python_loop_ns)
     }
 
     /// How much slower (> 1) this host runs the probe than the reference machine did.

@@ -100,18 +100,6 @@ pub fn fmt_percentile(p: f64) -> String {
     format!("p{}", p)
 }
 
-/// The `p`-th percentile of `values` by linear interpolation between closest ranks (numpy's
-/// default), NaN for an empty slice. Sorts in place.
-pub fn percentile(values: &mut [f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = (p / 100.0).clamp(0.0, 1.0) * (values.len() - 1) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    values[lo] + (values[hi] - values[lo]) * (rank - lo as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,15 +136,5 @@ mod tests {
         assert!(neg.validate().unwrap_err().to_string().contains("--slo-ttft-ms"));
         let pct = Slo { percentile: 0.0, ..slo() };
         assert!(pct.validate().unwrap_err().to_string().contains("--percentile"));
-    }
-
-    #[test]
-    fn percentile_interpolates_like_numpy() {
-        // numpy.percentile([1,2,3,4], 90) = 3.7; p50 = 2.5.
-        let mut v = vec![4.0, 1.0, 3.0, 2.0];
-        assert!((percentile(&mut v, 90.0) - 3.7).abs() < 1e-12);
-        assert_eq!(percentile(&mut v, 50.0), 2.5);
-        assert_eq!(percentile(&mut v, 100.0), 4.0);
-        assert!(percentile(&mut [], 50.0).is_nan());
     }
 }
