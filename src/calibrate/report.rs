@@ -1,6 +1,7 @@
 //! Validation output: terminal/markdown tables, the `--json` object, the per-row CSV, and the
 //! worst shapes with a likely cause.
 
+use super::features::LinkClass;
 use super::model::Form;
 use super::validate::{stats, summarize, ApeStats, FormChoice, PerGpu, Pooled, ValRow, Validation, TIERS};
 use crate::schema::{write_rows, KernelRow};
@@ -88,6 +89,37 @@ pub fn per_source_table(rows: &[ValRow]) -> String {
         let med = |x: &Option<ApeStats>| x.as_ref().map(|s| format!("{:.1}", s.median_ape)).unwrap_or_else(|| "-".into());
         let n = rf.as_ref().map(|s| s.count).unwrap_or(0);
         let _ = writeln!(s, "| {op} | {src} | {n} | {} | {} | {} |", med(&tg), med(&cg), med(&rf));
+    }
+    s
+}
+
+/// Markdown table per collective op and where its GPUs sit: in one node (NVLink, NVLink
+/// bridge or PCIe) or on different nodes (the scale-out network or a PCIe server's host
+/// network, `LinkClass::of_row`). A multi-node row measures its cluster's network, which no GPU
+/// spec sheet describes, so the cross-gen error is shown apart for the two. Median / p90 APE %.
+pub fn per_link_table(rows: &[ValRow]) -> String {
+    let mut specs: BTreeMap<String, Option<crate::hardware::GpuSpec>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, &'static str, &'static str), Vec<f64>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.kernel.op.is_collective()) {
+        let spec = specs.entry(r.gpu.clone()).or_insert_with(|| crate::hardware::load_gpu(&r.gpu).ok());
+        let Some(spec) = spec else { continue };
+        let nodes = match LinkClass::of_row(spec, r.kernel.num_gpus, &r.backend) {
+            LinkClass::ScaleOut | LinkClass::HostNet => "across nodes",
+            LinkClass::ScaleUp | LinkClass::Bridge | LinkClass::Pcie => "in one node",
+        };
+        groups.entry((r.kernel.op.to_string(), nodes, r.tier.as_str())).or_default().push(r.ape());
+    }
+    let mut keys: Vec<(String, &'static str)> = groups.keys().map(|(op, n, _)| (op.clone(), *n)).collect();
+    keys.dedup();
+    let mut s = String::new();
+    let _ = writeln!(s, "| op | GPUs | n | target median / p90 | cross-gen median / p90 | roofline median / p90 |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (op, nodes) in keys {
+        let mut get = |t: &'static str| groups.get_mut(&(op.clone(), nodes, t)).map(|v| stats(v));
+        let (tg, cg, rf) = (get("target"), get("cross-gen"), get("roofline"));
+        let cell = |x: &Option<ApeStats>| x.as_ref().map(|s| format!("{:.1} / {:.1}", s.median_ape, s.p90_ape)).unwrap_or_else(|| "-".into());
+        let n = rf.as_ref().map(|s| s.count).unwrap_or(0);
+        let _ = writeln!(s, "| {op} | {nodes} | {n} | {} | {} | {} |", cell(&tg), cell(&cg), cell(&rf));
     }
     s
 }
@@ -193,6 +225,8 @@ pub fn markdown(validation: &Validation, command: &str, data_notes: &str) -> Str
     let _ = writeln!(s, "{}", per_gpu_table(&per_gpu));
     let _ = writeln!(s, "## Median APE % per data source\n");
     let _ = writeln!(s, "{}", per_source_table(rows));
+    let _ = writeln!(s, "## Collectives within one node and across nodes (median / p90 APE %)\n");
+    let _ = writeln!(s, "{}", per_link_table(rows));
     let _ = writeln!(s, "## Cross-gen model form per held-out GPU\n");
     let _ = writeln!(s, "{}", forms_table(&validation.forms));
     let _ = writeln!(s, "## Same-die siblings: a library this GPU never measured\n");
@@ -303,7 +337,30 @@ pub fn forms_table(forms: &[FormChoice]) -> String {
 mod tests {
     use super::*;
     use crate::calibrate::select::InnerCheck;
-    use crate::schema::Op;
+    use crate::schema::{Kernel, Op};
+
+    #[test]
+    fn collectives_are_split_by_whether_their_gpus_share_a_node() {
+        let row = |tier: crate::perf::Tier, num_gpus: u64, backend: &str, predicted_us: f64| {
+            let kernel = Kernel { num_gpus, bytes: 1 << 20, ..Kernel::new(Op::AllReduce, crate::schema::Dtype::Bf16) };
+            ValRow { tier, gpu: "a100_sxm".into(), kernel, backend: backend.into(), source: "vidur".into(), measured_us: 100.0, predicted_us, sol_us: 10.0 }
+        };
+        use crate::perf::Tier::{CrossGen, Roofline};
+        let rows = [
+            // 8 GPUs of one HGX node, and Vidur's two-node profile at 2 GPUs (one per node).
+            row(CrossGen, 8, "vidur/dgx", 110.0),
+            row(Roofline, 8, "vidur/dgx", 50.0),
+            row(CrossGen, 2, "vidur/dgx/internode", 25.0),
+            row(Roofline, 2, "vidur/dgx/internode", 20.0),
+            // 16 GPUs are more than one node holds, whatever the backend says.
+            row(CrossGen, 16, "nccl", 40.0),
+            row(Roofline, 16, "nccl", 20.0),
+        ];
+        let t = per_link_table(&rows);
+        // Nearest-rank: the median of two APEs is the lower.
+        assert!(t.contains("| all_reduce | in one node | 1 | - | 10.0 / 10.0 | 50.0 / 50.0 |"), "{t}");
+        assert!(t.contains("| all_reduce | across nodes | 2 | - | 60.0 / 75.0 | 80.0 / 80.0 |"), "{t}");
+    }
 
     #[test]
     fn forms_table_shows_only_the_candidates_a_family_offers() {

@@ -77,6 +77,9 @@ fn kernels(args: KernelsArgs) -> Result<()> {
         println!("held-out rows of: {}\n", eval.join(", "));
         println!("{}", report::table(&pooled));
         println!("{}", report::per_gpu_table(&per_gpu));
+        if rows.iter().any(|r| r.kernel.op.is_collective()) {
+            println!("{}", report::per_link_table(rows));
+        }
         println!("{}", report::sibling_table(&validation));
     }
     if let Some(dir) = &args.out {
