@@ -242,7 +242,7 @@ impl HostOverhead {
         let factor = probe.factor_against(reference);
         let mut h = self.scaled(factor)?;
         h.source.adjusted = format!(
-            "every term x {factor:.3} (--host-probe: median Python loop {:.1} ns over {} readings, each its mean over CPUs where read per CPU, against {reference:.1} on the reference machines)",
+            "every term x {factor:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1} on the reference machines)",
             probe.median_python_loop_ns(),
             probe.python_loop_ns.len()
         );

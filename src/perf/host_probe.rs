@@ -2,9 +2,7 @@
 //! `microbench/e2e/host_speed_probe.py` readings (`--host-probe`) or as a plain factor
 //! (`--host-scale`; the flags: `cli::common::HostSpeedArgs`). Lent H200 machines of one recorded
 //! CPU model run vLLM's host work at two speeds ~1.5x apart; the probe's Python loop tells them apart
-//! (`microbench/data/h200_sxm/vllm_engine/README.md`, runs 9 and 10), and read on every CPU it
-//! shows why a single reading swings: at any moment a share of the vCPUs runs it ~1.8x slower, and
-//! which ones moves from minute to minute (run 11).
+//! (`microbench/data/h200_sxm/vllm_engine/README.md`, runs 9 and 10).
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -12,15 +10,11 @@ use std::path::{Path, PathBuf};
 /// The probe field the factor is read from: ns per iteration of a pure-Python loop, the kind of
 /// work an engine's scheduler loop does.
 pub const PROBE_FIELD: &str = "python_loop_ns";
-/// The same loop pinned to each CPU in turn (`{cpu: ns}`), where the probe read it: preferred,
-/// since an engine's processes land on any CPU and one unpinned reading times only one of them.
-pub const PER_CPU_FIELD: &str = "python_loop_ns_per_cpu";
 
 /// Probe readings of one host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostProbe {
-    /// Each reading's Python loop, ns, in file order: the mean over CPUs of `PER_CPU_FIELD`
-    /// where the reading has it, else `PROBE_FIELD`.
+    /// `python_loop_ns` of every reading, in file order.
     pub python_loop_ns: Vec<f64>,
     /// The files they came from, for the report.
     pub files: Vec<PathBuf>,
@@ -62,20 +56,16 @@ impl HostProbe {
 }
 
 fn readings(json: &serde_json::Value, path: &Path) -> Result<Vec<f64>> {
-    let positive = |x: &serde_json::Value, field: &str, at: &str| -> Result<f64> {
-        x.as_f64().filter(|ns| *ns > 0.0 && ns.is_finite()).ok_or_else(|| {
-            anyhow!("{}{at}: field '{field}' must be a positive number of nanoseconds, got {x}", path.display())
-        })
-    };
     let one = |v: &serde_json::Value, at: &str| -> Result<Option<f64>> {
-        if let Some(per_cpu) = v.get(PER_CPU_FIELD) {
-            let cpus = per_cpu.as_object().filter(|m| !m.is_empty()).ok_or_else(|| {
-                anyhow!("{}{at}: field '{PER_CPU_FIELD}' must be a non-empty object of CPU -> nanoseconds, got {per_cpu}", path.display())
-            })?;
-            let ns = cpus.values().map(|x| positive(x, PER_CPU_FIELD, at)).collect::<Result<Vec<f64>>>()?;
-            return Ok(Some(ns.iter().sum::<f64>() / ns.len() as f64));
+        match v.get(PROBE_FIELD) {
+            None => Ok(None),
+            Some(x) => {
+                let ns = x.as_f64().filter(|ns| *ns > 0.0 && ns.is_finite()).ok_or_else(|| {
+                    anyhow!("{}{at}: field '{PROBE_FIELD}' must be a positive number of nanoseconds, got {x}", path.display())
+                })?;
+                Ok(Some(ns))
+            }
         }
-        v.get(PROBE_FIELD).map(|x| positive(x, PROBE_FIELD, at)).transpose()
     };
     let list = match json {
         serde_json::Value::Array(items) => items,
@@ -124,19 +114,6 @@ mod tests {
         assert_eq!(p.python_loop_ns, vec![100.0, 60.0, 80.0, 120.0]);
         assert_eq!(p.median_python_loop_ns(), 90.0);
         assert_eq!(p.factor_against(60.0), 1.5);
-    }
-
-    #[test]
-    fn a_reading_on_every_cpu_counts_as_their_mean() {
-        let d = tempfile::tempdir().unwrap();
-        // Half the CPUs slow: the unpinned loop happened to land on a fast one.
-        let p = write(d.path(), "p.json", r#"{"python_loop_ns": 60.0, "python_loop_ns_per_cpu": {"0": 60.0, "1": 120.0, "2": 60.0, "3": 120.0}}"#);
-        assert_eq!(HostProbe::load(&[p]).unwrap().python_loop_ns, vec![90.0]);
-        let bad = write(d.path(), "b.json", r#"{"python_loop_ns": 60.0, "python_loop_ns_per_cpu": {"0": "x"}}"#);
-        let e = HostProbe::load(&[bad]).unwrap_err().to_string();
-        assert!(e.contains("b.json") && e.contains("python_loop_ns_per_cpu"), "{e}");
-        let empty = write(d.path(), "e.json", r#"{"python_loop_ns_per_cpu": {}}"#);
-        assert!(HostProbe::load(&[empty]).unwrap_err().to_string().contains("non-empty"));
     }
 
     #[test]
