@@ -27,7 +27,7 @@ const HIGH_C: &str = "b,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg
 fn more_clients_give_a_longer_predicted_tpot_and_ape_is_relative_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = csv_file(dir.path(), &[LOW_C, HIGH_C]);
-    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    let rep = validate_silicon(&path, &[Tier::Roofline], None, Default::default()).unwrap();
     assert_eq!((rep.rows_read, rep.rows_simulated, rep.rows_not_simulated), (2, 2, 0));
     let pred = |id: &str| rep.rows.iter().find(|r| r.row.id == id).unwrap().predictions["roofline"];
     let (lo, hi) = (pred("a"), pred("b"));
@@ -47,7 +47,7 @@ fn more_clients_give_a_longer_predicted_tpot_and_ape_is_relative_error() {
     assert!(j["tiers"]["roofline"]["trtllm"]["ttft"]["median_ape"].is_number());
     assert!(j["tiers"]["roofline"]["all_backends"]["splits"]["calibration"]["tpot"]["p90_ape"].is_number());
     // Calibrated tiers are either reported or listed as unavailable, never silently dropped.
-    let rep2 = validate_silicon(&path, &[Tier::Roofline, Tier::Target], None).unwrap();
+    let rep2 = validate_silicon(&path, &[Tier::Roofline, Tier::Target], None, Default::default()).unwrap();
     assert!(rep2.tiers.contains_key("target") || rep2.unavailable_tiers.contains_key("target"));
     let text = rep.render();
     assert!(text.contains("trtllm") && text.contains("Worst runs by TPOT"), "{text}");
@@ -70,7 +70,7 @@ fn rows_that_cannot_be_simulated_are_listed_with_their_reason() {
             "q,vllm,0.12,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,int4_awq,4,1,1,,1,1,20,5",
         ],
     );
-    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    let rep = validate_silicon(&path, &[Tier::Roofline], None, Default::default()).unwrap();
     assert_eq!((rep.rows_read, rep.rows_simulated, rep.rows_not_simulated), (5, 1, 4));
     let reason = |id: &str| rep.not_simulated.iter().find(|s| s.id == id).unwrap().reason.clone();
     assert!(reason("m").contains("no config"), "{}", reason("m"));
@@ -84,14 +84,14 @@ fn rows_that_cannot_be_simulated_are_listed_with_their_reason() {
 fn bad_input_names_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let path = csv_file(dir.path(), &[LOW_C, "x,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,12x,16,,4,1,1,,1,1,20,5"]);
-    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None).unwrap_err());
+    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None, Default::default()).unwrap_err());
     assert!(e.contains("silicon.csv") && e.contains("line 3") && e.contains("'isl'"), "{e}");
     let path = csv_file(dir.path(), &["y,trtllm,1.0,meta-llama/Llama-3.1-8B-Instruct,h100_sxm,agg,128,16,,4,1,1,,1,1,20,-5"]);
-    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None).unwrap_err());
+    let e = format!("{:#}", validate_silicon(&path, &[Tier::Roofline], None, Default::default()).unwrap_err());
     assert!(e.contains("line 2") && e.contains("silicon_tpot_ms"), "{e}");
     let p = dir.path().join("nocol.csv");
     std::fs::write(&p, "backend,model_path,silicon_ttft_ms\nvllm,x,1\n").unwrap();
-    let e = format!("{:#}", validate_silicon(&p, &[Tier::Roofline], None).unwrap_err());
+    let e = format!("{:#}", validate_silicon(&p, &[Tier::Roofline], None, Default::default()).unwrap_err());
     assert!(e.contains("nocol.csv") && e.contains("missing column 'silicon_tpot_ms'"), "{e}");
 }
 
@@ -99,7 +99,7 @@ fn bad_input_names_file_line_and_field() {
 fn the_printed_simulate_command_reproduces_the_prediction() {
     let dir = tempfile::tempdir().unwrap();
     let path = csv_file(dir.path(), &["e,trtllm,1.0,Qwen/Qwen3-235B-A22B-FP8,h100_sxm,agg,128,8,fp8_block,8,4,1,,1,4,20,5"]);
-    let rep = validate_silicon(&path, &[Tier::Roofline], None).unwrap();
+    let rep = validate_silicon(&path, &[Tier::Roofline], None, Default::default()).unwrap();
     let r = &rep.rows[0];
     assert_eq!((r.point.model.as_str(), r.point.tp, r.point.ep), ("qwen3-235b-a22b", 4, 4));
     // The same flags through the CLI's own code path give the same means.
@@ -129,7 +129,7 @@ fn shipped_sample_maps_every_model_and_limit_bounds_the_work() {
         }
     }
     assert_eq!((attention_dp, share), (15, 5));
-    let rep = validate_silicon(&path, &[Tier::Roofline], Some(3)).unwrap();
+    let rep = validate_silicon(&path, &[Tier::Roofline], Some(3), Default::default()).unwrap();
     assert_eq!(rep.rows_read, 3);
     assert_eq!(rep.rows_simulated + rep.rows_not_simulated, 3);
 }
@@ -172,11 +172,23 @@ fn the_benchmark_client_comes_from_the_provenance_and_sets_the_simulated_workloa
     let u = rows::plan(all.iter().find(|r| r.client == Client::Undocumented).unwrap()).unwrap();
     assert!(!u.simulate_flags(Tier::Roofline).join(" ").contains("--workload"));
     assert_eq!(u.num_requests, (3 * u.concurrency).max(16));
+    // Replayed as aiconfigurator's generator benchmarks (a hypothesis, not the default): 50
+    // requests per client, and TensorRT-LLM / vLLM built for c clients and c + isl + 1500 tokens.
+    use rows::UndocumentedClient::AiconfiguratorBench;
+    let trt = all.iter().find(|r| r.client == Client::Undocumented && r.backend == "trtllm").unwrap();
+    let b = rows::plan_assuming(trt, AiconfiguratorBench).unwrap();
+    assert_eq!((b.client, b.num_requests), (Client::AiconfiguratorBench, 50 * b.concurrency));
+    let budget = format!("--max-num-batched-tokens {} --max-num-seqs {}", b.concurrency + b.isl + 1500, b.concurrency);
+    assert!(b.simulate_flags(Tier::Roofline).join(" ").contains(&budget), "{budget}");
+    let args = run::simulate_args(&b, Tier::Roofline).unwrap();
+    assert_eq!(args.scenario().unwrap().cfg.engine.max_num_batched_tokens, b.concurrency + b.isl + 1500);
+    // InferenceMAX rows keep their documented client whatever is assumed for the others.
+    assert_eq!(rows::plan_assuming(imax[0], AiconfiguratorBench).unwrap(), p);
     // A `client` column, when given, must name a known client.
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("client.csv");
     std::fs::write(&bad, format!("{HEADER},client\n{LOW_C},vidur\n")).unwrap();
-    let e = format!("{:#}", validate_silicon(&bad, &[Tier::Roofline], None).unwrap_err());
+    let e = format!("{:#}", validate_silicon(&bad, &[Tier::Roofline], None, Default::default()).unwrap_err());
     assert!(e.contains("line 2") && e.contains("'client'") && e.contains("inferencemax"), "{e}");
 }
 

@@ -32,6 +32,11 @@ pub struct E2eArgs {
     /// Only the first N rows of the public file (quick checks).
     #[arg(long)]
     pub silicon_limit: Option<usize>,
+    /// How the public rows whose provenance names no benchmark client are replayed: `cohort`
+    /// (shipped: fixed lengths, 3 requests per client) or `aiconfigurator-bench` (the benchmark
+    /// aiconfigurator's generator documents; a hypothesis, see docs/validation_e2e.md session 25).
+    #[arg(long, value_enum, default_value_t = silicon::rows::UndocumentedClient::Cohort)]
+    pub undocumented_client: silicon::rows::UndocumentedClient,
     /// Skip the public H100 comparison.
     #[arg(long)]
     pub no_silicon: bool,
@@ -92,7 +97,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
     }
     let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?)?) };
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
-    let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit)?) };
+    let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     if args.json {
         let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h100_public": silicon_report });
         println!("{}", serde_json::to_string_pretty(&v)?);

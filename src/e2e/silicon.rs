@@ -21,7 +21,7 @@ use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
-use rows::{SiliconRow, SimPoint};
+use rows::{SiliconRow, SimPoint, UndocumentedClient};
 use run::Prediction;
 use serde::Serialize;
 use split::Split;
@@ -68,12 +68,12 @@ fn queueing(row: &SiliconRow, p: &SimPoint, kv_capacity_tokens: u64) -> Option<S
 /// Simulates every row of `path` that can be simulated, under each of `tiers` that has its
 /// own kernel model (the others are listed as unavailable), and summarizes the errors.
 /// `limit` keeps the first N rows of the file.
-pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Result<SiliconReport> {
+pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>, undocumented: UndocumentedClient) -> Result<SiliconReport> {
     let all_rows = rows::load(path, limit)?;
     let mut unavailable = BTreeMap::new();
     let mut usable = Vec::new();
     let gpus: Vec<String> = {
-        let mut g: Vec<String> = all_rows.iter().filter_map(|r| rows::plan(r).ok()).map(|p| p.gpu).collect();
+        let mut g: Vec<String> = all_rows.iter().filter_map(|r| rows::plan_assuming(r, undocumented).ok()).map(|p| p.gpu).collect();
         g.sort();
         g.dedup();
         g
@@ -97,7 +97,7 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
     let mut planned = Vec::new();
     let mut skipped = Vec::new();
     for r in all_rows.iter() {
-        match rows::plan(r) {
+        match rows::plan_assuming(r, undocumented) {
             Ok(p) => planned.push((r, p)),
             Err(reason) => skipped.push(Skipped { line: r.line, id: r.id.clone(), backend: r.backend.clone(), model_path: r.model_path.clone(), reason }),
         }
@@ -114,7 +114,7 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
     }
     // Each tier gets its own host model, fitted on the calibration runs only, so that no tier
     // is judged with overheads fitted against another tier's kernel times.
-    let calibration = calibration_points(&all_rows);
+    let calibration = calibration_points(&all_rows, undocumented);
     let mut hosts: HashMap<(Tier, String), HostOverhead> = HashMap::new();
     let mut host_lines = Vec::new();
     for &t in &usable {
@@ -163,10 +163,10 @@ pub fn validate_silicon(path: &Path, tiers: &[Tier], limit: Option<usize>) -> Re
 }
 
 /// Calibration runs per engine, with their measured TPOT.
-fn calibration_points(all_rows: &[SiliconRow]) -> BTreeMap<String, Vec<(SimPoint, f64)>> {
+fn calibration_points(all_rows: &[SiliconRow], undocumented: UndocumentedClient) -> BTreeMap<String, Vec<(SimPoint, f64)>> {
     let mut by_engine: BTreeMap<String, Vec<(SimPoint, f64)>> = BTreeMap::new();
     for r in all_rows {
-        if let Ok(p) = rows::plan(r) {
+        if let Ok(p) = rows::plan_assuming(r, undocumented) {
             if split::split(&p) == Split::Calibration {
                 by_engine.entry(p.engine.clone()).or_default().push((p, r.tpot_ms));
             }
@@ -180,7 +180,7 @@ fn calibration_points(all_rows: &[SiliconRow]) -> BTreeMap<String, Vec<(SimPoint
 /// each engine's terms that are not fitted here (kept as they are).
 pub fn fit_silicon_host(path: &Path, tier: Tier, out_dir: &Path, base: &dyn Fn(&str) -> Result<HostOverhead>) -> Result<Vec<fit::HostFit>> {
     let all_rows = rows::load(path, None)?;
-    let by_engine = calibration_points(&all_rows);
+    let by_engine = calibration_points(&all_rows, UndocumentedClient::Cohort);
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut fits = Vec::new();
     for (engine, points) in by_engine {

@@ -52,7 +52,7 @@ pub struct SiliconReport {
     tier_order: Vec<Tier>,
 }
 
-const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulator's means over all requests of the same closed loop (batch_size clients, first wave included) with the row's benchmark client: inferencemax = 10 requests per client, lengths uniform in [0.8 L, L] (InferenceMAX benchmark_serving.py); undocumented = fixed isl/osl, 3 requests per client; APE = |pred - meas| / meas in percent";
+const COMPARISON: &str = "per run: measured mean TTFT / mean TPOT vs the simulator's means over all requests of the same closed loop (batch_size clients, first wave included) with the row's benchmark client: inferencemax = 10 requests per client, lengths uniform in [0.8 L, L] (InferenceMAX benchmark_serving.py); undocumented = fixed isl/osl, 3 requests per client (with --undocumented-client aiconfigurator-bench: 50 per client, TRT-LLM and vLLM engines at max_num_tokens c + isl + 1500 and max_batch_size c); APE = |pred - meas| / meas in percent";
 
 impl GroupStats {
     /// The six table columns: n, TPOT and TTFT APE, then the same without queueing runs.

@@ -57,13 +57,38 @@ pub enum Client {
     /// Provenance names no documented client (aiconfigurator's own collector, Dynamo runs):
     /// simulated with the fixed `isl`/`osl` the row gives and 3 requests per client.
     Undocumented,
+    /// An undocumented row replayed under `UndocumentedClient::AiconfiguratorBench` (never read
+    /// from a file).
+    #[serde(rename = "aiconfigurator-bench")]
+    AiconfiguratorBench,
 }
+
+/// What the replay assumes for rows whose provenance names no client (`validate e2e
+/// --undocumented-client`). Nothing in the rows says which; the choice is reported with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum UndocumentedClient {
+    /// Fixed lengths, 3 requests per client (at least 16): the shipped replay.
+    #[default]
+    Cohort,
+    /// aiconfigurator's generator benchmark (`benchmark/bench_run.sh.j2`, `deployment_config.yaml`,
+    /// `rule_plugin/benchmark/*.rule` in ai-dynamo/aiconfigurator): aiperf with fixed lengths and
+    /// 50 requests per client, TensorRT-LLM and vLLM engines built with `max_batch_size = c` and
+    /// `max_num_tokens = c + isl + 1500`. Its 2 x c warm-up requests are not left out here, and
+    /// SGLang's `max_prefill_tokens` and mixed chunks are not modelled (its rows get only the
+    /// request count). A hypothesis (docs/validation_e2e.md, session 25), not the shipped replay.
+    AiconfiguratorBench,
+}
+
+/// `UndocumentedClient::AiconfiguratorBench`'s requests per client and token-budget margin.
+pub const AICONFIGURATOR_BENCH_REQUESTS_PER_CLIENT: u32 = 50;
+pub const AICONFIGURATOR_BENCH_TOKEN_MARGIN: u32 = 1500;
 
 impl Client {
     pub fn as_str(self) -> &'static str {
         match self {
             Client::InferenceMax => "inferencemax",
             Client::Undocumented => "undocumented",
+            Client::AiconfiguratorBench => "aiconfigurator-bench",
         }
     }
 
@@ -207,6 +232,7 @@ pub fn num_requests_for(client: Client, concurrency: u32) -> u32 {
     match client {
         Client::InferenceMax => 10 * concurrency,
         Client::Undocumented => (3 * concurrency).max(16),
+        Client::AiconfiguratorBench => AICONFIGURATOR_BENCH_REQUESTS_PER_CLIENT * concurrency,
     }
 }
 
@@ -267,6 +293,10 @@ impl SimPoint {
             v.extend(["--client-turnaround-ms".into(), INFERENCEMAX_CLIENT_TURNAROUND_MS.to_string()]);
             v.extend(inferencemax_server_flags(&self.model, &self.gpu, &self.engine).iter().map(|f| f.to_string()));
         }
+        if self.client == Client::AiconfiguratorBench && (self.engine == "vllm" || self.engine == "trtllm") {
+            let budget = self.concurrency + self.isl + AICONFIGURATOR_BENCH_TOKEN_MARGIN;
+            v.extend(["--max-num-batched-tokens".into(), budget.to_string(), "--max-num-seqs".into(), self.concurrency.to_string()]);
+        }
         v.extend([
             "--dtype".into(),
             self.dtype.as_str().into(),
@@ -324,6 +354,11 @@ pub fn gemm_dtype(mode: &str) -> Option<Dtype> {
 
 /// The simulator point of `row`, or why it cannot be simulated.
 pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
+    plan_assuming(row, UndocumentedClient::Cohort)
+}
+
+/// As `plan`, with `undocumented` deciding how a row without a documented client is replayed.
+pub fn plan_assuming(row: &SiliconRow, undocumented: UndocumentedClient) -> std::result::Result<SimPoint, String> {
     if row.mode != "agg" {
         return Err(format!("mode '{}': disaggregated prefill/decode serving is not modelled", row.mode));
     }
@@ -361,6 +396,10 @@ pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
         (Some(mtp), None) => return Err(format!("moe_tp {mtp} does not divide tp {tp}")),
         (None, None) => 1,
     };
+    let client = match (row.client, undocumented) {
+        (Client::Undocumented, UndocumentedClient::AiconfiguratorBench) => Client::AiconfiguratorBench,
+        (c, _) => c,
+    };
     Ok(SimPoint {
         model,
         gpu: if row.system.is_empty() { "h100_sxm".into() } else { row.system.clone() },
@@ -372,8 +411,8 @@ pub fn plan(row: &SiliconRow) -> std::result::Result<SimPoint, String> {
         isl,
         osl,
         concurrency,
-        num_requests: num_requests_for(row.client, concurrency),
-        client: row.client,
+        num_requests: num_requests_for(client, concurrency),
+        client,
     })
 }
 
