@@ -71,6 +71,29 @@ pub fn per_gpu_table(per_gpu: &PerGpu) -> String {
     s
 }
 
+/// APEs grouped by (op, a second key, tier), written as a markdown table with one column per
+/// tier: medians, or median / p90 with `p90`; `n` is the roofline tier's row count.
+fn tier_table(mut groups: BTreeMap<(String, String, &'static str), Vec<f64>>, key_label: &str, p90: bool) -> String {
+    let mut keys: Vec<(String, String)> = groups.keys().map(|(op, key, _)| (op.clone(), key.clone())).collect();
+    keys.dedup();
+    let what = if p90 { "median / p90" } else { "median" };
+    let mut s = String::new();
+    let _ = writeln!(s, "| op | {key_label} | n | target {what} | cross-gen {what} | roofline {what} |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    for (op, key) in keys {
+        let mut get = |t: &'static str| groups.get_mut(&(op.clone(), key.clone(), t)).map(|v| stats(v));
+        let (tg, cg, rf) = (get("target"), get("cross-gen"), get("roofline"));
+        let cell = |x: &Option<ApeStats>| match x {
+            Some(s) if p90 => format!("{:.1} / {:.1}", s.median_ape, s.p90_ape),
+            Some(s) => format!("{:.1}", s.median_ape),
+            None => "-".into(),
+        };
+        let n = rf.as_ref().map(|s| s.count).unwrap_or(0);
+        let _ = writeln!(s, "| {op} | {key} | {n} | {} | {} | {} |", cell(&tg), cell(&cg), cell(&rf));
+    }
+    s
+}
+
 /// Markdown table per (op, source): median APE % of each tier, pooled over GPUs. Sources are
 /// the `source` column (`aiconfigurator`, `vidur`, the project's own sweeps).
 pub fn per_source_table(rows: &[ValRow]) -> String {
@@ -78,19 +101,7 @@ pub fn per_source_table(rows: &[ValRow]) -> String {
     for r in rows {
         groups.entry((r.kernel.op.to_string(), r.source.clone(), r.tier.as_str())).or_default().push(r.ape());
     }
-    let mut keys: Vec<(String, String)> = groups.keys().map(|(op, src, _)| (op.clone(), src.clone())).collect();
-    keys.dedup();
-    let mut s = String::new();
-    let _ = writeln!(s, "| op | source | n | target median | cross-gen median | roofline median |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
-    for (op, src) in keys {
-        let mut get = |t: &'static str| groups.get_mut(&(op.clone(), src.clone(), t)).map(|v| stats(v));
-        let (tg, cg, rf) = (get("target"), get("cross-gen"), get("roofline"));
-        let med = |x: &Option<ApeStats>| x.as_ref().map(|s| format!("{:.1}", s.median_ape)).unwrap_or_else(|| "-".into());
-        let n = rf.as_ref().map(|s| s.count).unwrap_or(0);
-        let _ = writeln!(s, "| {op} | {src} | {n} | {} | {} | {} |", med(&tg), med(&cg), med(&rf));
-    }
-    s
+    tier_table(groups, "source", false)
 }
 
 /// Markdown table per collective op and where its GPUs sit: in one node (NVLink, NVLink
@@ -99,7 +110,7 @@ pub fn per_source_table(rows: &[ValRow]) -> String {
 /// spec sheet describes, so the cross-gen error is shown apart for the two. Median / p90 APE %.
 pub fn per_link_table(rows: &[ValRow]) -> String {
     let mut specs: BTreeMap<String, Option<crate::hardware::GpuSpec>> = BTreeMap::new();
-    let mut groups: BTreeMap<(String, &'static str, &'static str), Vec<f64>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, &'static str), Vec<f64>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.kernel.op.is_collective()) {
         let spec = specs.entry(r.gpu.clone()).or_insert_with(|| crate::hardware::load_gpu(&r.gpu).ok());
         let Some(spec) = spec else { continue };
@@ -107,21 +118,9 @@ pub fn per_link_table(rows: &[ValRow]) -> String {
             LinkClass::ScaleOut | LinkClass::HostNet => "across nodes",
             LinkClass::ScaleUp | LinkClass::Bridge | LinkClass::Pcie => "in one node",
         };
-        groups.entry((r.kernel.op.to_string(), nodes, r.tier.as_str())).or_default().push(r.ape());
+        groups.entry((r.kernel.op.to_string(), nodes.to_string(), r.tier.as_str())).or_default().push(r.ape());
     }
-    let mut keys: Vec<(String, &'static str)> = groups.keys().map(|(op, n, _)| (op.clone(), *n)).collect();
-    keys.dedup();
-    let mut s = String::new();
-    let _ = writeln!(s, "| op | GPUs | n | target median / p90 | cross-gen median / p90 | roofline median / p90 |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
-    for (op, nodes) in keys {
-        let mut get = |t: &'static str| groups.get_mut(&(op.clone(), nodes, t)).map(|v| stats(v));
-        let (tg, cg, rf) = (get("target"), get("cross-gen"), get("roofline"));
-        let cell = |x: &Option<ApeStats>| x.as_ref().map(|s| format!("{:.1} / {:.1}", s.median_ape, s.p90_ape)).unwrap_or_else(|| "-".into());
-        let n = rf.as_ref().map(|s| s.count).unwrap_or(0);
-        let _ = writeln!(s, "| {op} | {nodes} | {n} | {} | {} | {} |", cell(&tg), cell(&cg), cell(&rf));
-    }
-    s
+    tier_table(groups, "GPUs", true)
 }
 
 /// A likely cause of a large error, from what the row itself shows (a heuristic, labelled so).

@@ -413,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_probed_host_scales_by_its_median_reading_over_the_reference() {
-        let probe = HostProbe { python_loop_ns: vec![90.0, 120.0, 60.0], files: vec![] };
+        let probe = HostProbe { python_loop_ns: vec![90.0, 120.0, 60.0] };
         let h = HostOverhead { per_step_us: 1_000.0, per_seq_us: 30.0, probe_python_loop_ns: Some(60.0), ..HostOverhead::zero() };
         let s = h.at_speed(&HostSpeed::Probe(probe.clone())).unwrap();
         assert_eq!((s.per_step_us, s.per_seq_us), (1_500.0, 45.0));

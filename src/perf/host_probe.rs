@@ -16,8 +16,6 @@ pub const PROBE_FIELD: &str = "python_loop_ns";
 pub struct HostProbe {
     /// `python_loop_ns` of every reading, in file order.
     pub python_loop_ns: Vec<f64>,
-    /// The files they came from, for the report.
-    pub files: Vec<PathBuf>,
 }
 
 impl HostProbe {
@@ -40,7 +38,7 @@ impl HostProbe {
             }
             python_loop_ns.extend(found);
         }
-        Ok(HostProbe { python_loop_ns, files: paths.to_vec() })
+        Ok(HostProbe { python_loop_ns })
     }
 
     /// Median over the readings: a shared host's single-thread speed swings between readings
