@@ -34,10 +34,12 @@ pub fn upper_median(values: &mut [f64]) -> Option<f64> {
     Some(values[values.len() / 2])
 }
 
-/// Nearest-rank quantile of values already sorted ascending (q in [0, 1]): always one of the
-/// values. Panics on an empty slice.
+/// Nearest-rank quantile of values already sorted ascending (q in [0, 1]): the value of rank
+/// ceil(q n), the smallest with at least a share q of the values at or below it; always one of
+/// the values. Panics on an empty slice.
 pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize]
+    let rank = (q.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[cfg(test)]
@@ -55,5 +57,9 @@ mod tests {
         assert_eq!(upper_median(&mut []), None);
         assert_eq!(nearest_rank(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.5), 3.0);
         assert_eq!(nearest_rank(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.99), 5.0);
+        // Rank ceil(q n): the lower middle of an even count, the minimum at q = 0.
+        assert_eq!(nearest_rank(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.0);
+        assert_eq!(nearest_rank(&[1.0, 2.0, 3.0, 4.0], 0.0), 1.0);
+        assert_eq!(nearest_rank(&(1..=10).map(f64::from).collect::<Vec<_>>(), 0.9), 9.0);
     }
 }

@@ -153,14 +153,7 @@ pub struct ApeStats {
 
 pub fn stats(apes: &mut [f64]) -> ApeStats {
     apes.sort_by(|a, b| a.total_cmp(b));
-    let q = |p: f64| {
-        if apes.is_empty() {
-            return f64::NAN;
-        }
-        // Nearest-rank percentile.
-        let i = ((p * apes.len() as f64).ceil() as usize).clamp(1, apes.len()) - 1;
-        apes[i]
-    };
+    let q = |p: f64| if apes.is_empty() { f64::NAN } else { crate::quantile::nearest_rank(apes, p) };
     ApeStats { count: apes.len(), median_ape: q(0.5), p90_ape: q(0.9), max_ape: apes.last().copied().unwrap_or(f64::NAN) }
 }
 
