@@ -5,9 +5,8 @@
 //! is close to linear in the two parameters. Gauss-Newton on that: simulate each run at the
 //! current parameters and with each parameter nudged (finite differences give the
 //! sensitivities), solve the non-negative least squares of relative TPOT error, repeat, keep
-//! the best point seen (see `gauss_newton_host`). The
-//! fit sees only TPOT: TTFT also carries queueing and prefill kernel errors that host
-//! overhead must not absorb. `per_token_us` stays 0 (collinear with per_seq in decode steps);
+//! the best point seen (see `gauss_newton_host`). The fit sees only TPOT: TTFT also carries
+//! queueing and prefill kernel errors that host overhead must not absorb. `per_token_us` stays 0 (collinear with per_seq in decode steps);
 //! `launch_per_layer_us` stays 0 (all three engines replay CUDA graphs in decode). The
 //! engine's other terms (vLLM's prefill-step launch terms, fitted on the H200 vLLM traces) are
 //! kept as given.
@@ -81,14 +80,14 @@ pub fn nnls2(a: &[[f64; 2]], y: &[f64]) -> [f64; 2] {
     candidates.into_iter().min_by(|p, q| cost(*p).total_cmp(&cost(*q))).expect("at least the origin")
 }
 
-/// Gauss-Newton on the two host terms from `start`: `eval(per_step_us, per_seq_us)` gives each
+/// Gauss-Newton on the two host terms from zero: `eval(per_step_us, per_seq_us)` gives each
 /// run's TPOT, `measured` the runs' TPOT; at most `iterations` steps. Returns the best terms
-/// seen, the TPOTs there and the TPOTs at `start`.
+/// seen, the TPOTs there and the TPOTs with no host work.
 /// The step time is piecewise linear in the terms (max of GPU and host when the engine overlaps
 /// them), so a linearised step can land far off (host work hidden behind the GPU has almost no
 /// gradient); the next step may come back, and the best point is kept either way.
-pub fn gauss_newton_host(measured: &[f64], start: [f64; 2], iterations: usize, eval: &dyn Fn(f64, f64) -> Result<Vec<f64>>) -> Result<([f64; 2], Vec<f64>, Vec<f64>)> {
-    let mut x = start.map(|v| v.max(0.0));
+pub fn gauss_newton_host(measured: &[f64], iterations: usize, eval: &dyn Fn(f64, f64) -> Result<Vec<f64>>) -> Result<([f64; 2], Vec<f64>, Vec<f64>)> {
+    let mut x = [0.0f64; 2];
     let mut base = eval(x[0], x[1])?;
     let at_start = base.clone();
     let mut best = (x, base.clone(), sq_rel_error(&base, measured));
@@ -128,7 +127,7 @@ pub fn fit_engine(engine: &str, points: &[(SimPoint, f64)], tier: Tier, fixed: &
     let measured: Vec<f64> = points.iter().map(|(_, m)| *m).collect();
     let apes = |pred: &[f64]| ErrorStats::of(&pred.iter().zip(&measured).map(|(p, m)| ape(*p, *m)).collect::<Vec<_>>());
     let host = |step: f64, seq: f64| host(fixed, step, seq);
-    let (x, fitted, unfitted) = gauss_newton_host(&measured, [0.0, 0.0], ITERATIONS, &|step, seq| tpots(points, tier, &host(step, seq)))?;
+    let (x, fitted, unfitted) = gauss_newton_host(&measured, ITERATIONS, &|step, seq| tpots(points, tier, &host(step, seq)))?;
     let (tpot_before, tpot_after) = (apes(&unfitted), apes(&fitted));
     let mut h = host(x[0], x[1]);
     h.source = Provenance {
@@ -168,7 +167,7 @@ mod tests {
     fn gauss_newton_recovers_additive_host_terms_from_zero() {
         let runs = [(5.0, 8.0), (9.0, 64.0), (3.0, 16.0), (12.0, 128.0), (6.0, 32.0)];
         let measured = synthetic(&runs, false, 700.0, 16.0);
-        let (x, fitted, _) = gauss_newton_host(&measured, [0.0, 0.0], ITERATIONS, &|a, b| Ok(synthetic(&runs, false, a, b))).unwrap();
+        let (x, fitted, _) = gauss_newton_host(&measured, ITERATIONS, &|a, b| Ok(synthetic(&runs, false, a, b))).unwrap();
         assert!((x[0] - 700.0).abs() < 1.0 && (x[1] - 16.0).abs() < 0.05, "{x:?}");
         assert!(fitted.iter().zip(&measured).all(|(p, m)| (p - m).abs() < 1e-3 * m));
     }
@@ -185,10 +184,10 @@ mod tests {
         let before = sq_rel_error(&eval(0.0, 0.0).unwrap(), &measured);
         // Its first step lands where every run is host-bound (error ~7000x the start's): stopped
         // there, the fit keeps the start; the second step comes back below it.
-        let (x, fitted, _) = gauss_newton_host(&measured, [0.0, 0.0], 1, &eval).unwrap();
+        let (x, fitted, _) = gauss_newton_host(&measured, 1, &eval).unwrap();
         assert_eq!(x, [0.0, 0.0]);
         assert_eq!(sq_rel_error(&fitted, &measured), before);
-        let (x, fitted, _) = gauss_newton_host(&measured, [0.0, 0.0], ITERATIONS, &eval).unwrap();
+        let (x, fitted, _) = gauss_newton_host(&measured, ITERATIONS, &eval).unwrap();
         assert!(x.iter().all(|v| v.is_finite() && *v >= 0.0), "{x:?}");
         assert!(sq_rel_error(&fitted, &measured) < 0.7 * before, "{x:?}");
     }
