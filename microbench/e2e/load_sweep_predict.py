@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Blind predictions for a load sweep plan (plans.json `load_sweep14`), written before the GPU runs.
+"""Blind predictions for a load sweep plan (plans.json `load_sweep14`, `vllm_load27a`), written
+before the GPU runs.
 
 For each model and workload of the plan, `kernelsight simulate` replays the workload file at each
-tier (the engine's KV cache pinned to the plan's blocks); then `kernelsight capacity` searches the
-highest rate within the plan's SLO. Output: one CSV of per-run predictions and one JSON of the
-capacity answers. Usage (release build):
+tier (transformers' plans: the `hf-cudagraph` engine, its KV cache pinned to the plan's blocks;
+vLLM's plans: the `vllm` engine with its KV cache from memory); then `kernelsight capacity`
+searches the highest rate within the plan's SLO for the sweep's lengths (the plan's
+`sweep` entry: isl, osl, range ratio, requests, seed; load_sweep14's 512/128 +-25 %, 100, 11 by
+default). Output: one CSV of per-run predictions and one JSON of the capacity answers. Usage
+(release build):
   python3 microbench/e2e/load_sweep_predict.py --plan load_sweep14 --slo-ttft-ms 400 --slo-tpot-ms 40 \
       --percentile 90 --out microbench/plans/load_sweep14
 """
@@ -35,25 +39,31 @@ def main():
     a = ap.parse_args()
     with open(os.path.join(HERE, "plans.json")) as f:
         plan = json.load(f)[a.plan]
-    eng = plan["engine"]
-    blocks = str(eng["kv_capacity_tokens"] // eng["block_size"])
+    if plan.get("engine") == "vllm":
+        engine, kv_flags = "vllm", []
+    else:
+        eng = plan["engine"]
+        engine, kv_flags = "hf-cudagraph", ["--num-gpu-blocks", str(eng["kv_capacity_tokens"] // eng["block_size"])]
+    sweep = plan.get("sweep", {"isl": 512, "osl": 128, "range_ratio": 0.25, "requests": 100, "seed": 11})
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     rows, capacity = [], []
     for m in plan["models"]:
         for run in m["runs"]:
             wl = os.path.join(HERE, "workloads", run["workload"] + ".csv")
             for tier in TIERS:
-                j = ks("simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", "hf-cudagraph", "--trace", wl,
-                       "--num-gpu-blocks", blocks, "--tier", tier, "--json")
+                j = ks("simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", engine, "--trace", wl,
+                       *kv_flags, "--tier", tier, "--json")
                 rows.append({"model": m["name"], "workload": run["workload"], "tier": tier,
                              "ttft_p50_ms": j["ttft_ms"]["p50"], "ttft_p90_ms": j["ttft_ms"]["p90"],
                              "tpot_p50_ms": j["tpot_ms"]["p50"], "tpot_p90_ms": j["tpot_ms"]["p90"],
                              "itl_p50_ms": j["itl_ms"]["p50"], "throughput_tok_s": j["throughput_tok_s"],
                              "duration_s": j["duration_s"]})
-        # The sweep's lengths and arrival pattern (seed 11), its rate searched.
+        # The sweep's lengths and arrival pattern, its rate searched.
+        sw = {**sweep, **m.get("sweep", {})}
         for tier in TIERS:
-            j = ks("capacity", "--model", m["name"], "--gpu", "h200_sxm", "--engine", "hf-cudagraph", "--workload", "uniform",
-                   "--isl", "512", "--osl", "128", "--range-ratio", "0.25", "--num-requests", "100", "--seed", "11",
+            j = ks("capacity", "--model", m["name"], "--gpu", "h200_sxm", "--engine", engine, "--workload", "uniform",
+                   "--isl", str(sw["isl"]), "--osl", str(sw["osl"]), "--range-ratio", str(sw["range_ratio"]),
+                   "--num-requests", str(sw["requests"]), "--seed", str(sw["seed"]),
                    "--slo-ttft-ms", a.slo_ttft_ms, "--slo-tpot-ms", a.slo_tpot_ms, "--percentile", a.percentile,
                    "--tier", tier, "--json")
             c = j["capacity"]

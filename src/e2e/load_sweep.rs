@@ -1,11 +1,14 @@
 //! Capacity validated on measured load sweeps: one model replaying the same requests at several
 //! arrival rates (workloads named `<family>_r<RATE>_n<N>`, the request list of a family scaled
-//! in time). The highest rate within an SLO is found the same way from the measured and from
-//! the replayed latencies at the measured rates, and the two are compared: the error of
-//! `kernelsight capacity`'s answer on a real engine, with the knee where queues start to build.
+//! in time). The highest rate within an SLO that the engine keeps up with (served fraction at
+//! least `MIN_SERVED_FRACTION`, as `kernelsight capacity` requires) is found the same way from
+//! the measured and from the replayed runs at the measured rates, and the two are compared: the
+//! error of `kernelsight capacity`'s answer on a real engine, with the knee where queues start
+//! to build.
 
 use super::stats::ape;
 use super::traces::{RunResult, TraceModel};
+use crate::plan::evaluate::MIN_SERVED_FRACTION;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -23,6 +26,9 @@ pub struct SweepPoint {
     pub measured_tpot_p90_ms: f64,
     pub predicted_ttft_p90_ms: f64,
     pub predicted_tpot_p90_ms: f64,
+    /// `plan::evaluate::served_fraction` of the measured and of the replayed run.
+    pub measured_served_fraction: f64,
+    pub predicted_served_fraction: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,9 +63,17 @@ fn workload_of(key: &str) -> Option<&str> {
     key.split('/').nth(2)
 }
 
-/// Worst latency / target ratio of the SLO (<= 1: met).
-fn slo_ratio(ttft_p90_ms: f64, tpot_p90_ms: f64) -> f64 {
-    (ttft_p90_ms / SWEEP_SLO_TTFT_P90_MS).max(tpot_p90_ms / SWEEP_SLO_TPOT_P90_MS)
+/// Worst latency / target ratio of the SLO (<= 1: met). A run that fell behind its arrivals
+/// misses whatever its latencies (a longer run at that rate would miss them): where its
+/// latencies meet the SLO there is no ratio to place the crossing by (NaN: the capacity is the
+/// last rate that passed).
+fn slo_ratio(ttft_p90_ms: f64, tpot_p90_ms: f64, served_fraction: f64) -> f64 {
+    let latency = (ttft_p90_ms / SWEEP_SLO_TTFT_P90_MS).max(tpot_p90_ms / SWEEP_SLO_TPOT_P90_MS);
+    if served_fraction < MIN_SERVED_FRACTION && latency <= 1.0 {
+        f64::NAN
+    } else {
+        latency
+    }
 }
 
 /// Highest rate within the SLO on a curve of (rate, SLO ratio) sorted by rate: the crossing
@@ -114,17 +128,19 @@ pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
                         measured_tpot_p90_ms: r.measured["tpot_p90"],
                         predicted_ttft_p90_ms: r.predicted["ttft_p90"],
                         predicted_tpot_p90_ms: r.predicted["tpot_p90"],
+                        measured_served_fraction: r.measured["served_fraction"],
+                        predicted_served_fraction: r.predicted["served_fraction"],
                     })
                 })
                 .collect();
             if points.len() < MIN_RATES {
                 continue;
             }
-            let curve = |f: &dyn Fn(&SweepPoint) -> (f64, f64)| -> Vec<(f64, f64)> {
-                points.iter().map(|p| (p.rate_per_s, { let (a, b) = f(p); slo_ratio(a, b) })).collect()
+            let curve = |f: &dyn Fn(&SweepPoint) -> (f64, f64, f64)| -> Vec<(f64, f64)> {
+                points.iter().map(|p| (p.rate_per_s, { let (a, b, c) = f(p); slo_ratio(a, b, c) })).collect()
             };
-            let measured = capacity_of(&curve(&|p| (p.measured_ttft_p90_ms, p.measured_tpot_p90_ms)));
-            let predicted = capacity_of(&curve(&|p| (p.predicted_ttft_p90_ms, p.predicted_tpot_p90_ms)));
+            let measured = capacity_of(&curve(&|p| (p.measured_ttft_p90_ms, p.measured_tpot_p90_ms, p.measured_served_fraction)));
+            let predicted = capacity_of(&curve(&|p| (p.predicted_ttft_p90_ms, p.predicted_tpot_p90_ms, p.predicted_served_fraction)));
             out.push(Sweep { model: model.clone(), family: family.clone(), tier, points, measured_capacity_per_s: measured, predicted_capacity_per_s: predicted });
         }
     }
@@ -140,7 +156,8 @@ pub fn render(sweeps: &[Sweep]) -> String {
         return String::new();
     }
     let mut s = format!(
-        "\n  load sweeps: highest rate within p90 TTFT <= {SWEEP_SLO_TTFT_P90_MS} ms and p90 TPOT <= {SWEEP_SLO_TPOT_P90_MS} ms, from the measured and the replayed latencies at the measured rates\n"
+        "\n  load sweeps: highest rate within p90 TTFT <= {SWEEP_SLO_TTFT_P90_MS} ms and p90 TPOT <= {SWEEP_SLO_TPOT_P90_MS} ms that the engine keeps up with (served >= {:.0}%), from the measured and the replayed runs at the measured rates\n",
+        MIN_SERVED_FRACTION * 100.0
     );
     for w in sweeps {
         s += &format!(
@@ -152,11 +169,17 @@ pub fn render(sweeps: &[Sweep]) -> String {
             rate(w.predicted_capacity_per_s),
             w.capacity_ape().map(|e| format!(" (APE {e:.1}%)")).unwrap_or_default()
         );
-        s += "      req/s   p90 TTFT meas / pred ms   p90 TPOT meas / pred ms\n";
+        s += "      req/s   p90 TTFT meas / pred ms   p90 TPOT meas / pred ms   served meas / pred %\n";
         for p in &w.points {
             s += &format!(
-                "      {:>5.2}   {:>8.1} / {:>8.1}        {:>8.1} / {:>8.1}\n",
-                p.rate_per_s, p.measured_ttft_p90_ms, p.predicted_ttft_p90_ms, p.measured_tpot_p90_ms, p.predicted_tpot_p90_ms
+                "      {:>5.2}   {:>8.1} / {:>8.1}        {:>8.1} / {:>8.1}        {:>5.0} / {:>5.0}\n",
+                p.rate_per_s,
+                p.measured_ttft_p90_ms,
+                p.predicted_ttft_p90_ms,
+                p.measured_tpot_p90_ms,
+                p.predicted_tpot_p90_ms,
+                p.measured_served_fraction * 100.0,
+                p.predicted_served_fraction * 100.0
             );
         }
     }
@@ -188,5 +211,16 @@ mod tests {
         assert_eq!(capacity_of(&[(2.0, 0.5), (3.0, 0.9)]), None);
         assert_eq!(capacity_of(&[(2.0, 1.5), (3.0, 0.9)]), None);
         assert_eq!(capacity_of(&[(2.0, 0.5), (3.0, f64::NAN)]), Some(2.0));
+    }
+
+    #[test]
+    fn a_run_that_fell_behind_misses_whatever_its_latencies() {
+        // Keeping up, the latency ratio decides; fallen behind with latencies within the SLO, a
+        // miss with no ratio to interpolate to; fallen behind and over the SLO, the latency ratio.
+        assert_eq!(slo_ratio(200.0, 20.0, 1.0), 0.5);
+        assert!(slo_ratio(200.0, 20.0, 0.5).is_nan());
+        assert_eq!(slo_ratio(800.0, 20.0, 0.5), 2.0);
+        let curve = [(2.0, slo_ratio(100.0, 10.0, 1.0)), (3.0, slo_ratio(200.0, 20.0, 0.7)), (4.0, slo_ratio(900.0, 60.0, 0.4))];
+        assert_eq!(capacity_of(&curve), Some(2.0));
     }
 }

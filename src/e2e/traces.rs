@@ -13,6 +13,7 @@ use crate::perf::graphs::GraphPadding;
 use crate::perf::host::{CaptureLoad, HostOverhead, HostSpeed, Provenance};
 use crate::perf::predictor::Predictor;
 use crate::perf::{SeqWork, StepTimeModel, Tier};
+use crate::plan::evaluate::served_fraction;
 use crate::sim::engine::EngineParams;
 use crate::sim::record::{RequestRecord, SimObserver};
 use crate::sim::router::RouterKind;
@@ -458,7 +459,8 @@ fn attach_step_gpu_times(path: &Path, models: &mut [TraceModel]) -> Result<()> {
 /// The metrics compared per run.
 pub const METRICS: [&str; 7] = ["ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "itl_p50", "itl_p90", "throughput"];
 
-/// Measured metrics of a run (ms, throughput in output tokens/s from the run's start).
+/// Measured metrics of a run (ms, throughput in output tokens/s from the run's start), and
+/// whether the engine kept up with the run's arrivals (`plan::evaluate::served_fraction`).
 pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
     let ttft: Vec<f64> = run.requests.iter().map(|r| (r.first_token_s - r.arrival_s) * 1e3).collect();
     let tpot: Vec<f64> = run
@@ -478,6 +480,7 @@ pub fn measured_metrics(run: &TraceRun) -> BTreeMap<&'static str, f64> {
         ("itl_p50", quantile(&itl, 0.5)),
         ("itl_p90", quantile(&itl, 0.9)),
         ("throughput", tokens as f64 / end),
+        ("served_fraction", served_fraction(&run.requests.iter().map(|r| (r.arrival_s, r.finish_s)).collect::<Vec<_>>())),
     ])
 }
 
@@ -904,6 +907,7 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
         ("itl_p50", s.itl_ms.p50),
         ("itl_p90", s.itl_ms.p90),
         ("throughput", tokens as f64 / end_s),
+        ("served_fraction", served_fraction(&done.iter().map(|r| (r.arrival_s, r.finish_s)).collect::<Vec<_>>())),
     ]);
     Ok(Replayed { metrics, describe: p.describe(), preemptions: outcome.rec.preemptions })
 }
