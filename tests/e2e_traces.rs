@@ -296,6 +296,46 @@ fn load_sweeps_place_the_knee_measured_and_replayed() {
 }
 
 #[test]
+fn vllm_load_sweeps_place_the_capacity_measured_and_replayed() {
+    // vLLM 0.24 on the H200 (plans vllm_load27a/b): one 200-request list per model replayed at
+    // five or six Poisson rates. vLLM grows its batch instead of queueing, so latency rises
+    // smoothly; Qwen3-32B's knee is where p90 TPOT passes 40 ms, Qwen3-8B's where the engine
+    // falls behind its arrivals (served 77 % at 15 req/s) with latencies close to the SLO.
+    use kernelsight::e2e::load_sweep;
+    use kernelsight::e2e::traces::{measured_metrics, replay, RunResult, METRICS};
+    let host = HostOverhead::for_engine("vllm").unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_vllm_load27");
+    let models = load_dir(&dir).unwrap();
+    let mut runs = Vec::new();
+    for m in &models {
+        for run in &m.runs {
+            let measured = measured_metrics(run);
+            let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
+            let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split: "vllm-held-out", tier: "target", measured, predicted, ape, evictions: None });
+        }
+    }
+    let sweeps = load_sweep::find(&models, &runs);
+    assert_eq!(sweeps.len(), 2, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
+    for s in &sweeps {
+        let measured = s.measured_capacity_per_s.unwrap();
+        let predicted = s.predicted_capacity_per_s.unwrap();
+        // Inside the sweep, and the replay within 15 % of it (7.9 % and 10.6 % when measured).
+        let (lo, hi) = (s.points[0].rate_per_s, s.points.last().unwrap().rate_per_s);
+        assert!(lo < measured && measured < hi, "{}: {measured}", s.model);
+        assert!((predicted / measured - 1.0).abs() < 0.15, "{}: measured {measured}, predicted {predicted}", s.model);
+        // Below the knee the engine keeps up on both sides; the lowest rate's p90 TPOT within 10 %.
+        let low = &s.points[0];
+        assert!(low.measured_served_fraction >= 0.9 && low.predicted_served_fraction >= 0.9, "{}: {low:?}", s.model);
+        assert!((low.predicted_tpot_p90_ms / low.measured_tpot_p90_ms - 1.0).abs() < 0.1, "{}: {low:?}", s.model);
+    }
+    // Qwen3-8B at 18 req/s: both sides fall behind.
+    let q8 = sweeps.iter().find(|s| s.model == "qwen3-8b").unwrap();
+    let top = q8.points.last().unwrap();
+    assert!(top.measured_served_fraction < 0.9 && top.predicted_served_fraction < 0.9, "{top:?}");
+}
+
+#[test]
 fn vllm_traces_replay_alone_with_the_shipped_vllm_host_and_beat_the_roofline() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm_vllm19");
     // No transformers runs here: no `hf` host fit is attempted (it would fail on zero steps).
