@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Does a GPU keep its microbenchmarked GEMM speed under a serving engine's sustained load?
+
+The kernel tables time each shape in short bursts (warm-up, then a median of a few dozen runs).
+A serving engine at high load runs prefill steps back to back for minutes; if the GPU holds its
+power limit by lowering its clock, those steps run slower than the tables say. This replays one
+Qwen3-8B prefill step's GEMMs (8,192 tokens, 36 layers: qkv 6144x4096, o 4096x4096, gate_up
+24576x4096, down 4096x12288, bf16, random inputs) as "steps", timed with CUDA events, in phases:
+  burst:       10 steps after 5 s idle (what a kernel table sees),
+  sustained:   steps back to back for --seconds,
+  duty60:      steps with 40 % idle between them for --seconds (a knee-load serving engine),
+while nvidia-smi samples SM clock, power and temperature every 50 ms. Nothing is changed on the
+GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25]
+"""
+import argparse
+import json
+import os
+import subprocess
+import time
+
+import torch
+
+SHAPES = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)]  # (n, k) per layer
+LAYERS = 36
+TOKENS = 8192
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seconds", type=float, default=25.0)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = {k: torch.randn(TOKENS, k, device=dev, dtype=torch.bfloat16, generator=g) for _, k in SHAPES}
+    # Distinct weights per layer (36 x 4 matrices, 13.9 GB): a step streams them as a model does.
+    w = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 for n, k in SHAPES] for _ in range(LAYERS)]
+    flops = 2 * TOKENS * sum(n * k for n, k in SHAPES) * LAYERS
+
+    def step():
+        for layer in w:
+            for (n, k), wt in zip(SHAPES, layer):
+                torch.matmul(x[k], wt.t())
+
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+                            "--format=csv,noheader", "-lms", "50"], stdout=open(os.path.join(a.out, "smi.csv"), "w"))
+    phases = []
+
+    def timed(name, until=None, count=None, idle_frac=0.0):
+        rec = []
+        t_end = time.time() + until if until else None
+        while (count is None or len(rec) < count) and (t_end is None or time.time() < t_end):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            wall = time.time()
+            s.record()
+            step()
+            e.record()
+            e.synchronize()
+            ms = s.elapsed_time(e)
+            rec.append({"t_s": round(wall - t0, 4), "ms": round(ms, 4)})
+            if idle_frac > 0:
+                time.sleep(ms / 1e3 * idle_frac / (1 - idle_frac))
+        phases.append({"phase": name, "steps": rec})
+
+    t0 = time.time()
+    step()
+    torch.cuda.synchronize()
+    time.sleep(5)
+    timed("burst", count=10)
+    timed("sustained", until=a.seconds)
+    time.sleep(5)
+    timed("burst_after_rest", count=10)
+    timed("duty60", until=a.seconds, idle_frac=0.4)
+    smi.terminate()
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "tokens": TOKENS, "layers": LAYERS, "shapes_nk": SHAPES, "tflop_per_step": flops / 1e12, "phases": phases}
+    with open(os.path.join(a.out, "sustained_gemm.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    for p in phases:
+        ms = sorted(r["ms"] for r in p["steps"])
+        first = [r["ms"] for r in p["steps"][:5]]
+        last = [r["ms"] for r in p["steps"][-5:]]
+        print(f"{p['phase']:17s} steps {len(ms):4d}  median {ms[len(ms) // 2]:8.2f} ms ({flops / ms[len(ms) // 2] / 1e9:6.0f} TFLOPS)"
+              f"  first5 {sum(first) / len(first):8.2f}  last5 {sum(last) / len(last):8.2f}")
+
+
+if __name__ == "__main__":
+    main()
