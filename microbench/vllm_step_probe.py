@@ -97,6 +97,10 @@ def main():
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--routing-stats", type=int, default=0, help="record distinct experts per router call (needs --enforce-eager 1)")
     ap.add_argument("--reinit", type=int, default=1, help="token-dependent routing (see reinit_for_timing)")
+    ap.add_argument("--prefix-caching", type=int, default=0,
+                    help="1: prefix caching on, so a `cached_decode:B` profile (B prompts run once unprofiled, then "
+                         "profiled for --decode-steps more tokens) times decode steps with only the prompts' last partial "
+                         "block recomputed")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     vllm_stubs.install()
@@ -112,7 +116,7 @@ def main():
     mdir, cfg = model_dir(a.model, a.layers)
     kwargs = dict(model=mdir, load_format="dummy", skip_tokenizer_init=True, tensor_parallel_size=1,
                   max_model_len=max(int(p) for p in a.prompts.split(",")) + a.decode_steps + 64,
-                  max_num_batched_tokens=a.max_num_batched_tokens, enable_prefix_caching=False,
+                  max_num_batched_tokens=a.max_num_batched_tokens, enable_prefix_caching=bool(a.prefix_caching),
                   async_scheduling=bool(a.async_scheduling), moe_backend=a.moe_backend,
                   gpu_memory_utilization=0.88, seed=0, enforce_eager=bool(a.enforce_eager))
     if a.attention_backend:
@@ -194,8 +198,13 @@ def main():
         for item in a.profile.split(","):
             kind, n = item.split(":")
             n = int(n)
-            ps, mt = (prompts(1, n), 1) if kind == "prefill" else (prompts(n, a.decode_context), 9)
-            run(ps, mt)
+            if kind == "prefill":
+                ps, mt = prompts(1, n), 1
+            elif kind == "cached_decode":
+                ps, mt = prompts(n, a.decode_context), 1 + a.decode_steps
+            else:
+                ps, mt = prompts(n, a.decode_context), 9
+            run(ps, mt if kind != "cached_decode" else 1)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 wall = run(ps, mt)
             rows = []
