@@ -253,29 +253,33 @@ fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
     assert!((predicted / measured - 1.0).abs() < 0.2, "TPOT predicted {predicted:.1} ms, measured {measured:.1} ms");
 }
 
-#[test]
-fn load_sweeps_place_the_knee_measured_and_replayed() {
-    // One 100-request list at 2-8 req/s per model (plan load_sweep14). transformers pads each
-    // CUDA-graph step's KV read to 16,384 keys; once the running requests hold more, a decode
-    // step reads 32,768 and takes ~20 ms longer, requests stay longer, and the queue builds:
-    // p90 TPOT jumps between 3 and 4 req/s in both models' measurements.
-    use kernelsight::e2e::load_sweep;
+/// The sweeps among one trace folder's runs, each run replayed at the target tier with `engine`'s
+/// shipped host model (as `validate e2e` replays them).
+fn target_sweeps(folder: &str, engine: &str, split: &'static str) -> Vec<kernelsight::e2e::load_sweep::Sweep> {
     use kernelsight::e2e::traces::{measured_metrics, replay, RunResult, METRICS};
-    let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_load_sweep14");
-    let models = load_dir(&dir).unwrap();
+    let host = HostOverhead::for_engine(engine).unwrap();
+    let models = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces").join(folder)).unwrap();
     let mut runs = Vec::new();
     for m in &models {
         for run in &m.runs {
             let measured = measured_metrics(run);
             let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
             let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
-            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split: "held-out-cudagraph", tier: "target", measured, predicted, ape, evictions: None });
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split, tier: "target", measured, predicted, ape, evictions: None });
         }
     }
+    kernelsight::e2e::load_sweep::find(&models, &runs)
+}
+
+#[test]
+fn load_sweeps_place_the_knee_measured_and_replayed() {
+    // One 100-request list at 2-8 req/s per model (plan load_sweep14). transformers pads each
+    // CUDA-graph step's KV read to 16,384 keys; once the running requests hold more, a decode
+    // step reads 32,768 and takes ~20 ms longer, requests stay longer, and the queue builds:
+    // p90 TPOT jumps between 3 and 4 req/s in both models' measurements.
     // Each device call's runs form their own sweep: the first call's 7 rates, the third call's
     // knee region (3-5 req/s); the second call ran 2 rates, no sweep.
-    let sweeps = load_sweep::find(&models, &runs);
+    let sweeps = target_sweeps("h200_sxm_load_sweep14", "hf-cudagraph", "held-out-cudagraph");
     assert_eq!(sweeps.len(), 4, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
     for s in &sweeps {
         let rates: Vec<f64> = s.points.iter().map(|p| p.rate_per_s).collect();
@@ -301,21 +305,7 @@ fn vllm_load_sweeps_place_the_capacity_measured_and_replayed() {
     // five or six Poisson rates. vLLM grows its batch instead of queueing, so latency rises
     // smoothly; Qwen3-32B's knee is where p90 TPOT passes 40 ms, Qwen3-8B's where the engine
     // falls behind its arrivals (served 77 % at 15 req/s) with latencies close to the SLO.
-    use kernelsight::e2e::load_sweep;
-    use kernelsight::e2e::traces::{measured_metrics, replay, RunResult, METRICS};
-    let host = HostOverhead::for_engine("vllm").unwrap();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h200_sxm_vllm_load27");
-    let models = load_dir(&dir).unwrap();
-    let mut runs = Vec::new();
-    for m in &models {
-        for run in &m.runs {
-            let measured = measured_metrics(run);
-            let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
-            let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
-            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split: "vllm-held-out", tier: "target", measured, predicted, ape, evictions: None });
-        }
-    }
-    let sweeps = load_sweep::find(&models, &runs);
+    let sweeps = target_sweeps("h200_sxm_vllm_load27", "vllm", "vllm-held-out");
     assert_eq!(sweeps.len(), 2, "{:?}", sweeps.iter().map(|s| &s.model).collect::<Vec<_>>());
     for s in &sweeps {
         let measured = s.measured_capacity_per_s.unwrap();
