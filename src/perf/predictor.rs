@@ -438,6 +438,26 @@ mod tests {
     }
 
     #[test]
+    fn vllms_sampler_is_timed_as_measured_and_grows_with_the_sequences_sampled() {
+        let m = ModelConfig::load("qwen3-8b").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let dep = Deployment::default();
+        let sampling = |engine: &str, seqs: usize| {
+            let engine = crate::sim::engine::EngineParams::load(engine).unwrap();
+            let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
+            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap();
+            p.kernel_table(&vec![SeqWork { new_tokens: 1, cached_tokens: 2100 }; seqs]).into_iter().find(|k| k.instance.name == "sampling").unwrap()
+        };
+        // vLLM's Gumbel-max sampler over 151,936 logits: 24 and 178 us measured at 12 and 128
+        // sequences (microbench/vllm_sampler.py), far above the one memory pass of its SOL.
+        let (s12, s128) = (sampling("vllm", 12), sampling("vllm", 128));
+        let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
+        assert_eq!(s12.predicted_us, km.predict_us_with(&s12.instance.kernel, Some("vllm/gumbel")));
+        assert!(s128.predicted_us > 4.0 * s12.predicted_us && s12.predicted_us > 5.0 * s12.sol.sol_us, "{} {}", s12.predicted_us, s128.predicted_us);
+        assert!((15.0..40.0).contains(&s12.predicted_us) && (120.0..260.0).contains(&s128.predicted_us), "{} {}", s12.predicted_us, s128.predicted_us);
+    }
+
+    #[test]
     fn decode_step_reads_all_weights_once() {
         let (m, g) = llama();
         let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap();
