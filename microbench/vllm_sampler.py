@@ -21,13 +21,12 @@ import statistics
 
 import torch
 
+from collect import OUTPUT_COLUMNS  # the collector's output schema
+
 REPEATS = 10
 REPLAYS = 30
 SEQS = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
 VOCABS = [32000, 128256, 151936, 201088, 262208]
-COLUMNS = ("op,dtype,m,n,k,batch,seq_len,kv_len,num_heads,num_kv_heads,head_dim,num_tokens,hidden,inter,topk,num_experts,tp,ep,"
-           "num_gpus,bytes,window,kv_dtype,latency_us,p10_us,p90_us,reps,launches_per_rep,method,achieved_tflops,achieved_tbps,"
-           "busbw_gbps,backend,gpu,source,routing").split(",")
 
 
 def time_sampler(num_seqs, vocab, gumbel_sample):
@@ -81,14 +80,14 @@ def main():
     for vocab in VOCABS:
         for n in SEQS:
             med, p10, p90 = time_sampler(n, vocab, gumbel_sample)
-            row = {c: "" for c in COLUMNS}
+            row = {c: "" for c in OUTPUT_COLUMNS}
             row.update(op="sampling", dtype="fp32", num_tokens=n, hidden=vocab, latency_us=f"{med:.4f}", p10_us=f"{p10:.4f}",
                        p90_us=f"{p90:.4f}", reps=REPLAYS, launches_per_rep=REPEATS, method="cuda_graph", backend="vllm/gumbel",
                        gpu="h200_sxm", source=source)
             rows.append(row)
             print(f"sampling seqs={n} vocab={vocab}: {med:.2f} us (p10 {p10:.2f}, p90 {p90:.2f})", flush=True)
     with open(a.out, "w", newline="") as f:
-        w = csv.DictWriter(f, COLUMNS)
+        w = csv.DictWriter(f, OUTPUT_COLUMNS)
         w.writeheader()
         w.writerows(rows)
     prov = {"command": "python3 microbench/vllm_sampler.py --out " + os.path.basename(a.out), "device_name": props.name,

@@ -16,28 +16,11 @@ the GPU (a small model), the GPU span itself waits on the host.
 Usage: python3 microbench/e2e/vllm_async_gap.py ENGINE_STEPS_CSV[.gz] [--json]
 """
 import argparse
-import csv
-import gzip
 import json
-import statistics as st
-from collections import defaultdict
 
+import numpy as np
 
-def rows(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        return list(csv.DictReader(f))
-
-
-def weighted_line(points):
-    """Least squares y = a + b x over (x, y, weight)."""
-    sw = sum(w for _, _, w in points)
-    mx = sum(x * w for x, _, w in points) / sw
-    my = sum(y * w for _, y, w in points) / sw
-    sxx = sum(w * (x - mx) ** 2 for x, _, w in points)
-    sxy = sum(w * (x - mx) * (y - my) for x, y, w in points)
-    b = sxy / sxx if sxx > 0 else 0.0
-    return my - b * mx, b
+from step_log import decode_steps
 
 
 def main():
@@ -45,31 +28,19 @@ def main():
     ap.add_argument("steps")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    by_pid = defaultdict(list)
-    for r in rows(a.steps):
-        by_pid[r["pid"]].append(r)
+    d = decode_steps(a.steps)
+    d = d[d.between_decodes]
     out = []
-    for pid, steps in by_pid.items():
-        steps.sort(key=lambda r: float(r["t_start_mono_s"]))
-        decode = [int(r["reqs"]) > 0 and r["tokens"] == r["reqs"] for r in steps]
-        gaps = defaultdict(list)
-        span = []
-        for i in range(1, len(steps) - 1):
-            r = steps[i]
-            if not (decode[i - 1] and decode[i] and decode[i + 1]) or r["execute_gpu_span_us"] in ("", None):
-                continue
-            period_us = (float(steps[i + 1]["t_start_mono_s"]) - float(r["t_start_mono_s"])) * 1e6
-            if period_us > 1e5:  # the engine went idle between the two
-                continue
-            gaps[int(r["reqs"])].append(period_us - float(r["execute_gpu_span_us"]))
-            span.append(float(r["execute_gpu_span_us"]))
-        pts = [(n, st.median(g), len(g)) for n, g in sorted(gaps.items()) if len(g) >= 10]
-        if len(pts) < 2:
+    for pid, x in d.groupby("pid"):
+        gap = x.period_us - x.execute_gpu_span_us
+        g = gap.groupby(x.reqs).agg(["median", "size"])
+        g = g[g["size"] >= 10]
+        if len(g) < 2:
             continue
-        per_step, per_seq = weighted_line(pts)
-        all_gaps = [g for gs in gaps.values() for g in gs]
-        out.append({"pid": pid, "steps": len(all_gaps), "gap_median_us": st.median(all_gaps), "gpu_span_median_us": st.median(span),
-                    "seqs_min": pts[0][0], "seqs_max": pts[-1][0], "async_gap_per_step_us": per_step, "async_gap_per_seq_us": per_seq})
+        # Least squares over the per-count medians, each weighted by its step count.
+        per_seq, per_step = np.polyfit(g.index.to_numpy(float), g["median"].to_numpy(), 1, w=np.sqrt(g["size"].to_numpy(float)))
+        out.append({"pid": str(pid), "steps": len(x), "gap_median_us": float(gap.median()), "gpu_span_median_us": float(x.execute_gpu_span_us.median()),
+                    "seqs_min": int(g.index.min()), "seqs_max": int(g.index.max()), "async_gap_per_step_us": float(per_step), "async_gap_per_seq_us": float(per_seq)})
     if a.json:
         print(json.dumps(out, indent=1))
         return

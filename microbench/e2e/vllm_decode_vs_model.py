@@ -14,7 +14,6 @@ Usage: python3 microbench/e2e/vllm_decode_vs_model.py STEPS_DIR --model qwen3-8b
 (STEPS_DIR holds runs.jsonl, requests.jsonl and engine_steps.csv, each possibly gzipped).
 """
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -22,9 +21,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 
-
-def open_text(path):
-    return open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")
+from step_log import decode_steps, open_text
 
 
 def main():
@@ -37,11 +34,7 @@ def main():
         runs = [json.loads(l) for l in f if l.strip()]
     with open_text(os.path.join(a.steps_dir, "requests.jsonl")) as f:
         reqs = [json.loads(l) for l in f if l.strip()]
-    with open_text(os.path.join(a.steps_dir, "engine_steps.csv")) as f:
-        d = pd.read_csv(f).sort_values("t_start_mono_s").reset_index(drop=True)
-    d["period_us"] = d.t_start_mono_s.diff().shift(-1) * 1e6
-    dec = (d.tokens == d.reqs) & (d.reqs > 0)
-    d["between_decodes"] = dec & dec.shift(1, fill_value=False) & dec.shift(-1, fill_value=False) & (d.period_us < 1e5)
+    d = decode_steps(os.path.join(a.steps_dir, "engine_steps.csv"))
     rows = []
     for r in runs:
         if "clock_origin" not in r:
