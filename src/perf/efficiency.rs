@@ -4,7 +4,7 @@
 //! saying so; `predict_us` is never below the kernel's SOL.
 
 use super::roofline::RooflineModel;
-use super::sol::{sol, sol_routed};
+use super::sol::sol_routed;
 use super::{KernelTimeModel, Tier};
 use crate::calibrate::model::ModelSet;
 use crate::calibrate::store::{self, RooflineFile, Store};
@@ -343,20 +343,6 @@ impl KernelModel {
     /// As `predict_us_with` for a MoE kernel whose tokens are routed as `routing` (a measured
     /// row's own routing; served traffic: `with_served_routing`, uniform unless set).
     pub fn predict_routed_us_with(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
-        let t = self.predict_raw_us(k, pref, routing);
-        // A GEMM over fewer rows does a subset of the work of one over more (same n, k; the
-        // library can run the larger problem's tiling, as CUDA-graph engines do by padding), so
-        // its time never exceeds that of the next power-of-two row count. Measurement grids
-        // skip most m between powers of two (aiconfigurator: 17 then 32), where a fitted model
-        // is unconstrained.
-        if k.op == Op::Gemm && k.m > 1 && !k.m.is_power_of_two() {
-            let up = Kernel { m: k.m.next_power_of_two(), ..k.clone() };
-            return t.min(self.predict_raw_us(&up, pref, routing)).max(sol(k, &self.gpu).sol_us);
-        }
-        t
-    }
-
-    fn predict_raw_us(&self, k: &Kernel, pref: Option<&str>, routing: Routing) -> f64 {
         let sol_us = || sol_routed(k, &self.gpu, routing).sol_us;
         let Some(m) = self.op_model(k.op) else {
             return self.roofline.predict_routed_us(k, routing).max(sol_us());
@@ -538,6 +524,7 @@ impl KernelTimeModel for KernelModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::perf::sol::sol;
 
     fn cats(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
