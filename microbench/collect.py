@@ -62,7 +62,7 @@ OPS = {
     "embedding": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "sampling": (("num_tokens", "hidden"), {"bf16"}, {"torch"}),
     "copy": (("bytes",), {"bf16"}, {"torch_copy", "torch_copy_eager", "torch_index_select", "torch_repeat_kv",
-                                    "torch_masked_scatter"}),
+                                    "torch_masked_scatter", "torch_index_copy"}),
 }
 for _c in COLLECTIVES:
     OPS[_c] = (("bytes", "num_gpus"), {"bf16"}, {"nccl"})
@@ -70,10 +70,12 @@ for _c in COLLECTIVES:
 # cache of 8 KV heads x 128 dims (the bytes field is the op's output): index_select of the read
 # tokens out of the cache, repeat_kv (expand + reshape: a strided copy to 4x the heads) and
 # masked_scatter_ of new tokens into the read KV (sliding layers). Value: bf16 values per token out.
+# `torch_index_copy` is a paged KV-cache write (what vLLM's reshape_and_cache_flash does): new
+# tokens' rows copied into random distinct slots of the cache.
 KV_HEADS, KV_HEAD_DIM, KV_REPEAT = 8, 128, 4
 PAGED_KV_CACHE_TOKENS = 98304
 PAGED_KV_COPIES = {"torch_index_select": KV_HEADS * KV_HEAD_DIM, "torch_repeat_kv": KV_HEADS * KV_REPEAT * KV_HEAD_DIM,
-                   "torch_masked_scatter": KV_HEADS * KV_HEAD_DIM}
+                   "torch_masked_scatter": KV_HEADS * KV_HEAD_DIM, "torch_index_copy": KV_HEADS * KV_HEAD_DIM}
 HF_MODULES = "hf_modules"  # transformers' own modules (RMSNorm, rotary, act * mul), each several torch kernels
 DEFAULT_VOCAB = 128256  # embedding rows when `n` is empty
 DEFAULT_SAMPLING_TOPK = 50
@@ -942,6 +944,10 @@ class Gpu:
             cache = self.randn(PAGED_KV_CACHE_TOKENS, KV_HEADS, KV_HEAD_DIM)
             idx = [torch.randint(0, PAGED_KV_CACHE_TOKENS, (n,), device=self.dev) for _ in range(nb)]
             return [lambda i=i: torch.index_select(cache, 0, i) for i in idx], be
+        if be == "torch_index_copy":
+            cache = self.randn(PAGED_KV_CACHE_TOKENS, KV_HEADS, KV_HEAD_DIM)
+            sets = [(torch.randperm(PAGED_KV_CACHE_TOKENS, device=self.dev)[:n], self.randn(n, KV_HEADS, KV_HEAD_DIM)) for _ in range(nb)]
+            return [lambda s=s, v=v: cache.index_copy_(0, s, v) for s, v in sets], be
         if be == "torch_repeat_kv":
             # [tokens, kv_heads, dim] -> [1, kv_heads, tokens, dim] view -> repeat to 4x heads.
             srcs = [self.randn(n, KV_HEADS, KV_HEAD_DIM) for _ in range(nb)]

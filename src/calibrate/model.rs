@@ -378,8 +378,22 @@ fn class_key(class: LinkClass, eager: bool) -> String {
 /// cluster profiles) describes that cluster, not the library. Elementwise ops keep a library's
 /// base from one GPU: it is the same two numbers the DRAM-kind base would take from that GPU,
 /// without another library's kernels and timing method (Vidur's CUPTI kernel times against
-/// our CUDA-graph replays) pooled in.
+/// our CUDA-graph replays) pooled in, and need fewer rows (`MIN_ELEMENTWISE_LIBRARY_BASE_ROWS`).
 const MIN_LIBRARY_BASE_ROWS: usize = 20;
+
+/// Fewest rows of one elementwise library for a base of its own: two numbers (launch floor and
+/// inverse efficiency) over a sweep of sizes. Copy libraries were measured at 8-14 sizes each
+/// (1 MB to 4 GB); pooled, torch's masked_scatter (12 us at 1 MB) set a 16 us floor under every
+/// copy, which put a small copy at 16 us on GPUs whose copies were never measured.
+const MIN_ELEMENTWISE_LIBRARY_BASE_ROWS: usize = 8;
+
+fn min_library_base_rows(op: Op) -> usize {
+    if op.is_collective() {
+        MIN_LIBRARY_BASE_ROWS
+    } else {
+        MIN_ELEMENTWISE_LIBRARY_BASE_ROWS
+    }
+}
 
 /// Fewest training GPUs of an eager-timed collective base key for its rows to get the tree
 /// correction (when the model trains on that many GPUs at all).
@@ -501,7 +515,7 @@ impl OpModel {
             }
         }
         by_key.retain(|k, pts| {
-            !k.contains('|') || (pts.len() >= MIN_LIBRARY_BASE_ROWS && library_gpus[k].len() >= if op.is_collective() { train_gpu_count.min(2) } else { 1 })
+            !k.contains('|') || (pts.len() >= min_library_base_rows(op) && library_gpus[k].len() >= if op.is_collective() { train_gpu_count.min(2) } else { 1 })
         });
         let bases: BTreeMap<String, Base> = by_key.iter().map(|(k, pts)| (k.clone(), Base::fit(pts))).collect();
         let mut library_rows: BTreeMap<&str, Vec<(f64, &GpuSpec, f64)>> = BTreeMap::new();
@@ -1050,6 +1064,33 @@ mod tests {
             let got = m.predict_us(&k, &a100, Some(backend));
             assert!((got - expected).abs() < 1e-6 * expected, "{backend}: {got} vs {expected}");
         }
+    }
+
+    #[test]
+    fn a_copy_library_measured_at_ten_sizes_on_one_gpu_keeps_its_own_floor() {
+        use crate::hardware::load_gpu;
+        use crate::perf::sol::sol;
+        // As the H200's copies: each library at ten sizes, 1 MB and up; a slow one (torch's
+        // masked_scatter, 12 us at 1 MB) among fast ones (index_select, 2 us). A small copy of
+        // a fast library on another GPU is its floor, not the pooled one.
+        let (h200, h100) = (load_gpu("h200_sxm").unwrap(), load_gpu("h100_sxm").unwrap());
+        let copy = |bytes: u64| Kernel { bytes, ..Kernel::new(Op::Copy, crate::schema::Dtype::Bf16) };
+        let mut rows = Vec::new();
+        for (backend, lat, c) in [("torch_index_select", 2.0, 1.3), ("torch_masked_scatter", 10.0, 6.0), ("torch_repeat_kv", 4.0, 1.6)] {
+            for i in 0..10u32 {
+                let k = copy(1 << (20 + i));
+                let latency_us = lat + c * sol(&k, &h200).sol_us;
+                rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: "h200_sxm".into(), backend: backend.into(), source: "s".into(), latency_us });
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let mut m = OpModel::fit(Op::Copy, &refs, &|_| &h200, &FitParams::default());
+        m.form = Form::BaseOnly;
+        let small = copy(64 << 10);
+        let got = m.predict_us(&small, &h100, Some("torch_index_select"));
+        let expected = 2.0 + 1.3 * sol(&small, &h100).sol_us;
+        assert!((got / expected - 1.0).abs() < 0.05, "{got} vs {expected}");
+        assert!(m.predict_us(&small, &h100, Some("torch_masked_scatter")) > 9.0);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::host::{CaptureLoad, HostOverhead, StepLoad};
 use super::{KernelTimeModel, SeqWork, StepCost, StepTimeModel, Tier};
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
-use crate::kernels::graph::{attention_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, split_modules, token_kernels, AttentionImpl, KernelInstance};
+use crate::kernels::graph::{attention_kernels, engine_step_kernels, max_seqlen_k, packed_lengths, packed_sdpa_kernels, split_modules, token_kernels, AttentionImpl, KernelInstance};
 use crate::model::ModelConfig;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -52,6 +52,9 @@ pub struct Predictor {
     async_scheduling: bool,
     /// `EngineParams::piecewise_graph_max_tokens`.
     piecewise_graph_max_tokens: Option<u64>,
+    /// `EngineParams::kv_cache_write` and `step_prep_kernels`.
+    kv_cache_write: bool,
+    step_prep_kernels: u32,
     /// The experts library was measured with the graph's padding rows in (see `step_tokens`).
     experts_padded: bool,
     /// The model's KV cache layer groups per kind [full, sliding, linear] (host bookkeeping
@@ -87,6 +90,8 @@ impl Predictor {
             separate_modules: false,
             async_scheduling: false,
             piecewise_graph_max_tokens: None,
+            kv_cache_write: false,
+            step_prep_kernels: 0,
             experts_padded: false,
             sdpa_plans: None,
             cache_groups: model.kv_cache_groups_by_kind(),
@@ -132,6 +137,8 @@ impl Predictor {
         p.separate_modules = engine.separate_modules;
         p.async_scheduling = engine.async_scheduling;
         p.piecewise_graph_max_tokens = engine.piecewise_graph_max_tokens.map(u64::from);
+        p.kv_cache_write = engine.kv_cache_write;
+        p.step_prep_kernels = engine.step_prep_kernels;
         p.experts_padded = experts_padded;
         // Sink models run transformers' eager math attention instead of SDPA.
         if engine.cuda_graphs.is_none() && engine.attention_impl == AttentionImpl::PackedSdpa && !model.attention_sinks {
@@ -218,6 +225,7 @@ impl Predictor {
         for ki in kernels.iter_mut().filter(|ki| ki.kernel.op == crate::schema::Op::Moe) {
             ki.kernel.num_tokens = routed;
         }
+        kernels.extend(engine_step_kernels(&self.model, &self.dep, tokens, self.kv_cache_write, self.step_prep_kernels));
         kernels
     }
 
@@ -553,6 +561,29 @@ mod tests {
         // The transformers profiles have no such limit.
         let hf = crate::sim::engine::EngineParams::load("hf-cudagraph").unwrap();
         assert_eq!(hf.piecewise_graph_max_tokens, None);
+    }
+
+    #[test]
+    fn vllm_steps_write_the_kv_cache_per_attention_layer_and_prepare_their_inputs() {
+        let (m, g) = llama();
+        let dep = Deployment::default();
+        let table = |profile: &str| {
+            let engine = crate::sim::engine::EngineParams::load(profile).unwrap();
+            let km = super::super::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
+            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 1 << 20).unwrap();
+            p.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 12])
+        };
+        let vllm = table("vllm");
+        let write: Vec<_> = vllm.iter().filter(|k| k.instance.name.ends_with("kv_cache_write")).collect();
+        assert_eq!(write.iter().map(|k| k.instance.count).sum::<u64>(), m.num_layers);
+        // 12 new tokens' keys and values of every KV head, bf16.
+        assert_eq!(write[0].instance.kernel.bytes, 12 * 2 * m.num_kv_heads * m.head_dim * 2);
+        assert_eq!(write[0].instance.library, Some(crate::kernels::graph::ENGINE_STEP_LIBRARY));
+        let prep = vllm.iter().find(|k| k.instance.name == "step_input_prep").expect("input preparation kernels");
+        assert_eq!(prep.instance.count, 20);
+        assert!(prep.predicted_us > 0.0);
+        // Profiles that do not set them (transformers') run none.
+        assert!(!table("hf").iter().any(|k| k.instance.name.ends_with("kv_cache_write") || k.instance.name == "step_input_prep"));
     }
 
     #[test]

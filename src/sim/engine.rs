@@ -149,6 +149,15 @@ pub struct EngineParams {
     /// without graphs above it. Priced by `HostOverhead::{piecewise,eager}_launch_per_layer_us`.
     #[serde(default)]
     pub piecewise_graph_max_tokens: Option<u32>,
+    /// The engine writes each attention layer's new keys and values into the paged cache with
+    /// a kernel of its own (vLLM's `reshape_and_cache_flash`), priced as a row copy
+    /// (`kernels::graph::engine_step_kernels`). False: the write is fused (or not modelled).
+    #[serde(default)]
+    pub kv_cache_write: bool,
+    /// Small kernels the engine runs every step to prepare the model's inputs (vLLM 0.24 on the
+    /// H200: about 20, ~40 us in all), each priced at a few-KB copy's launch floor.
+    #[serde(default)]
+    pub step_prep_kernels: u32,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.
