@@ -315,12 +315,8 @@ const STEP_PREP_BYTES: u64 = 4096;
 pub fn engine_step_kernels(model: &ModelConfig, dep: &Deployment, num_tokens: u64, kv_write: bool, prep_kernels: u32) -> Vec<KernelInstance> {
     let mut out = Vec::new();
     if kv_write && num_tokens > 0 {
-        let (_, hkv) = heads_per_gpu(model, dep.tp);
-        let bytes_per_token = match &model.mla {
-            Some(m) => (m.kv_lora_rank + m.qk_rope_head_dim) as f64 * dep.kv_dtype.bytes(),
-            None => (2 * hkv * model.head_dim) as f64 * dep.kv_dtype.bytes(),
-        };
         for (attn, count) in attention_groups(model).into_iter().filter(|(a, _)| *a != AttnKind::Linear) {
+            let bytes_per_token = super::memory::kv_bytes_per_token_layer_per_gpu(model, dep, attn);
             let kernel = Kernel { bytes: (num_tokens as f64 * bytes_per_token) as u64, ..Kernel::new(Op::Copy, dep.kv_dtype) };
             out.push(KernelInstance { name: format!("layer[{}].kv_cache_write", attn_tag(attn)), kernel, count, library: Some(ENGINE_STEP_LIBRARY) });
         }

@@ -32,21 +32,23 @@ pub fn weight_bytes_per_gpu(model: &ModelConfig, dep: &Deployment) -> f64 {
     (body + embed * wide) / (dep.tp * dep.pp) as f64
 }
 
-/// KV bytes per token on one GPU: KV heads split over TP (replicated when fewer than TP),
-/// MLA latents replicated on every TP rank, layers split over PP.
+/// KV bytes per token of one layer of attention kind `kind` on one GPU: KV heads split over TP
+/// (replicated when fewer than TP), MLA latents replicated on every TP rank.
+pub fn kv_bytes_per_token_layer_per_gpu(model: &ModelConfig, dep: &Deployment, kind: AttnKind) -> f64 {
+    match (kind, &model.mla) {
+        (AttnKind::Linear, _) => 0.0,
+        (_, Some(_)) => model.kv_bytes_per_token_layer(kind, dep.kv_dtype),
+        _ => {
+            let kv_heads = model.num_kv_heads.div_ceil(dep.tp).max(1);
+            (2 * kv_heads * model.head_dim) as f64 * dep.kv_dtype.bytes()
+        }
+    }
+}
+
+/// KV bytes per token on one GPU (`kv_bytes_per_token_layer_per_gpu` over the layers), layers
+/// split over PP.
 pub fn kv_bytes_per_token_per_gpu(model: &ModelConfig, dep: &Deployment) -> f64 {
-    let per_layer: f64 = model
-        .layers
-        .iter()
-        .map(|l| match (l.attn, &model.mla) {
-            (AttnKind::Linear, _) => 0.0,
-            (_, Some(_)) => model.kv_bytes_per_token_layer(l.attn, dep.kv_dtype),
-            _ => {
-                let kv_heads = model.num_kv_heads.div_ceil(dep.tp).max(1);
-                (2 * kv_heads * model.head_dim) as f64 * dep.kv_dtype.bytes()
-            }
-        })
-        .sum();
+    let per_layer: f64 = model.layers.iter().map(|l| kv_bytes_per_token_layer_per_gpu(model, dep, l.attn)).sum();
     per_layer / dep.pp as f64
 }
 
