@@ -348,10 +348,17 @@ fn vllm_engine_timestamps_give_the_request_path_and_out_of_order_ones_are_reject
     assert!(with_stages >= 10, "{with_stages} runs carry engine timestamps");
     // Client -> engine queue and engine -> client each take about a millisecond on the H200
     // host: the path is a few milliseconds, not microseconds and not tens of milliseconds.
-    let path_us = kernelsight::e2e::traces::measured_request_path_us(&runs).unwrap();
+    let path_us = kernelsight::e2e::traces::measured_request_path_us(&runs, 0.0).unwrap();
     assert!((1000.0..5000.0).contains(&path_us), "{path_us} us");
+    // An idle engine core takes in a burst for a fraction of a millisecond before its first
+    // step (the client sends one request every 0.1-0.4 ms, and the first step held 2-8 of them
+    // in most bursts): the wake-up is hundreds of microseconds, and the path leaves it out.
+    let wake_us = kernelsight::e2e::traces::measured_idle_wake_us(&runs).unwrap();
+    assert!((200.0..1500.0).contains(&wake_us), "{wake_us} us");
+    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&runs, wake_us), Some(path_us - wake_us));
     let bare: Vec<_> = models.iter().flat_map(|m| &m.runs).filter(|r| r.requests.iter().all(|q| q.engine_path_s.is_none())).collect();
-    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&bare), None);
+    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&bare, 0.0), None);
+    assert_eq!(kernelsight::e2e::traces::measured_idle_wake_us(&bare), None);
 
     // An engine queue time before the client sent the request is an inconsistent trace.
     let dir = tempfile::tempdir().unwrap();
@@ -414,9 +421,11 @@ fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() 
     assert_eq!(a.eager_launch_per_layer_us % 50.0, 0.0);
     // Bursts of prompts need host time on their prompt steps, with and without graphs.
     assert!(a.piecewise_launch_per_layer_us > 0.0 && a.eager_launch_per_layer_us > 0.0, "{a:?}");
-    // The request path is taken from the runs' engine timestamps, not searched.
+    // The request path and the idle wake-up are taken from the runs' engine timestamps, not searched.
     let runs: Vec<_> = models[0].runs.iter().collect();
-    assert_eq!(Some(a.request_path_us), kernelsight::e2e::traces::measured_request_path_us(&runs));
+    let wake_us = kernelsight::e2e::traces::measured_idle_wake_us(&runs).unwrap();
+    assert_eq!(a.idle_wake_us, wake_us);
+    assert_eq!(Some(a.request_path_us), kernelsight::e2e::traces::measured_request_path_us(&runs, wake_us));
     // Every other term is the starting model's.
     assert_eq!((a.per_step_us, a.per_seq_us), (shipped.per_step_us, shipped.per_seq_us));
     // The step terms keep their own provenance; the launch terms get this fit's, also when

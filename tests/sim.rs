@@ -457,6 +457,7 @@ fn async_scheduling_admits_an_arrival_one_step_late() {
 /// client and the engine.
 struct LaunchAhead {
     path_us: f64,
+    wake_us: f64,
 }
 impl LaunchAhead {
     fn cost(seqs: &[SeqWork], from_idle: bool) -> kernelsight::perf::StepCost {
@@ -482,6 +483,9 @@ impl kernelsight::perf::StepTimeModel for LaunchAhead {
     fn request_path_us(&self) -> f64 {
         self.path_us
     }
+    fn idle_wake_us(&self) -> f64 {
+        self.wake_us
+    }
 }
 
 #[test]
@@ -490,7 +494,7 @@ fn after_idle_the_first_steps_tokens_wait_for_the_next_steps_launch() {
     // Request 1 arrives at 500 us, while the host launches request 0's prefill (0-1000 us).
     let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0005, 100, 3)];
     let mut obs = Collect::default();
-    let model = LaunchAhead { path_us: 0.0 };
+    let model = LaunchAhead { path_us: 0.0, wake_us: 0.0 };
     kernelsight::sim::run(&config(asynchronous, 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
     let rec = |id: u64| obs.records.iter().find(|r| r.id == id).unwrap().clone();
     // Step 1 from idle: launch 1000 + GPU 210, done at 1210 us. The host formed step 2 when it
@@ -510,12 +514,69 @@ fn after_idle_the_first_steps_tokens_wait_for_the_next_steps_launch() {
 }
 
 #[test]
+fn every_steps_tokens_wait_for_the_next_steps_launch_under_async_scheduling() {
+    // Three prompts at once, one prefill per step (budget 103 tokens, no chunking): the host
+    // launches the next prompt step (1 ms) before it hands out the tokens of the step before.
+    let mut e = EngineParams { async_scheduling: true, chunked_prefill: false, ..engine(Policy::Continuous) };
+    e.max_num_batched_tokens = 103;
+    let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0, 100, 3), req(2, 0.0, 100, 3)];
+    let mut obs = Collect::default();
+    let model = LaunchAhead { path_us: 0.0, wake_us: 0.0 };
+    kernelsight::sim::run(&config(e.clone(), 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+    let rec = |id: u64| obs.records.iter().find(|r| r.id == id).unwrap().clone();
+    // Step 1 from idle: prefill 0, launched 0-1000 us, done at 1210. Step 2 (prefill 1 + decode
+    // 0) launched 1000-2000, done at 1210 + 1000. Step 3 (prefill 2 + two decodes) launched
+    // 2000-3000 once step 1's tokens were out (2000), done at 3210; step 4 (decodes) launched
+    // 3000-3100.
+    assert_eq!(obs.step_starts_us[..4], [0.0, 1210.0, 2210.0, 3210.0]);
+    assert!(close(rec(0).ttft_ms, 2.0), "{:?}", rec(0));
+    // Request 1's token came out of the GPU at 2210 us but left after step 3's launch, at 3000:
+    // a step behind a host-bound one waits for it.
+    assert!(close(rec(1).ttft_ms, 3.0), "{:?}", rec(1));
+    // Step 4's launch (100 us from 3000) ends before step 3's GPU work: its tokens leave at 3210.
+    assert!(close(rec(2).ttft_ms, 3.21), "{:?}", rec(2));
+    // Request 0 finished in step 3 (tokens at 2000, 3000, 3210 us): its record is handed out too.
+    assert!(close(rec(0).e2e_ms, 3.21) && close(rec(0).tpot_ms.unwrap(), (3.21 - 2.0) / 2.0), "{:?}", rec(0));
+
+    // A synchronous engine hands every step's tokens out as it ends.
+    let mut obs = Collect::default();
+    let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0, 100, 3), req(2, 0.0, 100, 3)];
+    let sync = EngineParams { async_scheduling: false, ..e };
+    kernelsight::sim::run(&config(sync, 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+    let ttft1 = obs.records.iter().find(|r| r.id == 1).unwrap().ttft_ms;
+    let second_step_end_us = obs.step_starts_us[2];
+    assert!(close(ttft1, second_step_end_us / 1e3), "{ttft1} vs {second_step_end_us}");
+}
+
+#[test]
+fn an_idle_engine_takes_in_what_arrives_while_it_wakes() {
+    // Two prompts 300 us apart at an idle async engine.
+    let asynchronous = EngineParams { async_scheduling: true, ..engine(Policy::Continuous) };
+    let run_with = |wake_us: f64| {
+        let reqs = vec![req(0, 0.0, 100, 3), req(1, 0.0003, 100, 3)];
+        let mut obs = Collect::default();
+        let model = LaunchAhead { path_us: 0.0, wake_us };
+        kernelsight::sim::run(&config(asynchronous.clone(), 100), &model, &mut VecSource(reqs.into_iter()), None, &mut obs).unwrap();
+        obs
+    };
+    // Woken 500 us after the first arrival, the engine has both: one step of two prompts
+    // (launch 1000 + GPU 410 us) from 500 us.
+    let woken = run_with(500.0);
+    assert_eq!(woken.step_starts_us[0], 500.0);
+    let ttft = |obs: &Collect, id: u64| obs.records.iter().find(|r| r.id == id).unwrap().ttft_ms;
+    assert!(close(ttft(&woken, 0), 1.910) && close(ttft(&woken, 1), 1.610), "{:?}", woken.records);
+    // At once, the first prompt goes alone and the second waits for the next step.
+    let at_once = run_with(0.0);
+    assert_eq!(at_once.step_starts_us[..2], [0.0, 1210.0]);
+}
+
+#[test]
 fn the_request_path_adds_to_ttft_and_e2e_not_to_token_gaps() {
     let run_with = |path_us: f64, clients: Option<u32>| {
         let mut obs = Collect::default();
         let reqs: Vec<_> = (0..4).map(|i| req(i, 0.01 * i as f64, 100, 5)).collect();
         let closed = clients.map(kernelsight::sim::ClosedLoop::clients);
-        let model = LaunchAhead { path_us };
+        let model = LaunchAhead { path_us, wake_us: 0.0 };
         kernelsight::sim::run(&config(EngineParams { async_scheduling: true, ..engine(Policy::Continuous) }, 1000), &model, &mut VecSource(reqs.into_iter()), closed, &mut obs).unwrap();
         obs.records.sort_by_key(|r| r.id);
         obs.records
@@ -535,7 +596,7 @@ fn the_request_path_adds_to_ttft_and_e2e_not_to_token_gaps() {
 fn a_closed_loops_first_wave_goes_out_at_the_requests_own_times() {
     // A serving client sends a burst one request after another; the replay keeps their times.
     let asynchronous = EngineParams { async_scheduling: true, ..engine(Policy::Continuous) };
-    let model = LaunchAhead { path_us: 0.0 };
+    let model = LaunchAhead { path_us: 0.0, wake_us: 0.0 };
     let run_with = |second_s: f64| {
         let reqs = vec![req(0, 0.0, 100, 3), req(1, second_s, 100, 3)];
         let mut obs = Collect::default();

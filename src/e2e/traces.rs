@@ -57,6 +57,8 @@ pub struct TraceRequest {
     /// vLLM traces with the engine core's own timestamps (`engine_stages`): seconds from the
     /// client's send to the engine queue, and from the engine's first token to the client's.
     pub engine_path_s: Option<[f64; 2]>,
+    /// When the engine core first scheduled the request (the client's clock), where recorded.
+    pub engine_scheduled_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -184,19 +186,19 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
     if token_s.windows(2).any(|w| w[1] < w[0]) || finish_s < first_token_s {
         bail!("{origin}: token timestamps decrease");
     }
-    let engine_path_s = match v.get("engine_stages") {
-        None | Some(Value::Null) => None,
+    let (engine_path_s, engine_scheduled_s) = match v.get("engine_stages") {
+        None | Some(Value::Null) => (None, None),
         Some(stages) => {
             let at = |field: &str| {
                 stages.get(field).and_then(Value::as_f64).ok_or_else(|| anyhow!("{origin}: field 'engine_stages.{field}' missing or not a number of seconds"))
             };
-            let (queued_s, engine_first_s) = (at("queued_s")?, at("first_token_engine_s")?);
-            if queued_s < arrival_s || engine_first_s < queued_s || engine_first_s > first_token_s {
+            let (queued_s, scheduled_s, engine_first_s) = (at("queued_s")?, at("scheduled_s")?, at("first_token_engine_s")?);
+            if queued_s < arrival_s || scheduled_s < queued_s || engine_first_s < scheduled_s || engine_first_s > first_token_s {
                 bail!(
-                    "{origin}: engine_stages out of order: arrival {arrival_s:.6} s <= queued_s {queued_s:.6} s <= first_token_engine_s {engine_first_s:.6} s <= first_token_s {first_token_s:.6} s must hold"
+                    "{origin}: engine_stages out of order: arrival {arrival_s:.6} s <= queued_s {queued_s:.6} s <= scheduled_s {scheduled_s:.6} s <= first_token_engine_s {engine_first_s:.6} s <= first_token_s {first_token_s:.6} s must hold"
                 );
             }
-            Some([queued_s - arrival_s, first_token_s - engine_first_s])
+            (Some([queued_s - arrival_s, first_token_s - engine_first_s]), Some(scheduled_s))
         }
     };
     let output_tokens = u64_field(v, "output_tokens", origin)? as u32;
@@ -217,6 +219,7 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
             Some(x) => Some(x.as_u64().filter(|&n| n <= u32::MAX as u64).ok_or_else(|| anyhow!("{origin}: field 'soft_resets' must be a count of evictions, got {x}"))? as u32),
         },
         engine_path_s,
+        engine_scheduled_s,
     })
 }
 
@@ -581,26 +584,68 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     })
 }
 
+/// How long an idle engine core took from a run's first request to the step serving it
+/// (`HostOverhead::idle_wake_us`), from the runs' engine timestamps: in a run whose first
+/// requests came as a burst, the first step took those sent up to some time after the first and
+/// not the next one; the wake-up lies between the two send times (their midpoint is the run's
+/// estimate; where the whole burst made the step, the last send is a lower bound and stands).
+/// Median over runs; None when no run shows a burst split or joined.
+pub fn measured_idle_wake_us(runs: &[&TraceRun]) -> Option<f64> {
+    let estimates: Vec<f64> = runs.iter().filter_map(|r| idle_wake_of_run(&r.requests)).collect();
+    (!estimates.is_empty()).then(|| quantile(&estimates, 0.5) * 1e6)
+}
+
+/// One run's wake-up estimate in seconds (`measured_idle_wake_us`).
+fn idle_wake_of_run(requests: &[TraceRequest]) -> Option<f64> {
+    let first = requests.iter().min_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s))?;
+    let step_s = first.engine_scheduled_s?;
+    // Requests of the first step share its scheduling time (to the engine's clock resolution).
+    let in_first = |q: &TraceRequest| q.engine_scheduled_s.is_some_and(|t| (t - step_s).abs() < 20e-6);
+    let joined = requests.iter().filter(|q| in_first(q)).map(|q| q.arrival_s).fold(f64::NEG_INFINITY, f64::max);
+    // Sent before that step began, yet left for a later one.
+    let missed = requests.iter().filter(|q| !in_first(q) && q.arrival_s < step_s).map(|q| q.arrival_s).fold(f64::INFINITY, f64::min);
+    match (joined > first.arrival_s, missed.is_finite()) {
+        (_, true) => Some(((joined + missed) / 2.0 - first.arrival_s).max(0.0)),
+        (true, false) => Some(joined - first.arrival_s),
+        (false, false) => None,
+    }
+}
+
 /// The client <-> engine path of a request (`HostOverhead::request_path_us`) as the runs'
 /// engine timestamps show it: the median, over runs, of the time the run's first request took
-/// from its send to the engine queue (the engine idle, so no step in the way), plus the median
-/// over requests of the time from the engine's first token to the client's. None when no run
+/// from its send to the engine queue (the engine idle, so no step in the way), less the idle
+/// engine's wake-up (`idle_wake_us`, which the simulator charges itself), plus the median over
+/// requests of the time from the engine's first token to the client's. None when no run
 /// carries engine timestamps.
-pub fn measured_request_path_us(runs: &[&TraceRun]) -> Option<f64> {
+pub fn measured_request_path_us(runs: &[&TraceRun], idle_wake_us: f64) -> Option<f64> {
     let firsts: Vec<f64> = runs
         .iter()
         .filter_map(|r| r.requests.iter().min_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s)))
         .filter_map(|q| q.engine_path_s.map(|p| p[0]))
         .collect();
     let outs: Vec<f64> = runs.iter().flat_map(|r| &r.requests).filter_map(|q| q.engine_path_s.map(|p| p[1])).collect();
-    (!firsts.is_empty()).then(|| (quantile(&firsts, 0.5) + quantile(&outs, 0.5)) * 1e6)
+    (!firsts.is_empty()).then(|| ((quantile(&firsts, 0.5) + quantile(&outs, 0.5)) * 1e6 - idle_wake_us).max(0.0))
+}
+
+/// Every finished request's measured TTFT (ms).
+fn measured_ttft_ms(run: &TraceRun) -> Vec<f64> {
+    run.requests.iter().map(|r| (r.first_token_s - r.arrival_s) * 1e3).collect()
+}
+
+/// Mean over the deciles 10-90 % of |ln(predicted / measured)| of a run's TTFT distribution.
+/// One quantile of a run whose prompts straddle the piecewise-graph limit jumps between the
+/// graph mode and the graph-less one as a term moves; nine of them see both modes.
+pub fn ttft_decile_error(predicted: &[f64], measured: &[f64]) -> f64 {
+    let deciles = (1..=9).map(|i| i as f64 / 10.0);
+    deciles.clone().map(|q| (quantile(predicted, q) / quantile(measured, q)).ln().abs()).sum::<f64>() / deciles.count() as f64
 }
 
 /// Fits the `vllm` engine's prefill-step launch terms (`piecewise_launch_per_layer_us`,
 /// `eager_launch_per_layer_us`) on the vLLM runs of `VLLM_CALIBRATION_MODELS`, every other term
-/// as in `base`: a grid search over both (coarse, then finer around the best) for the lowest median
-/// over runs of |ln(predicted / measured)| of TTFT p50 plus that of TPOT p50. Decode-only steps
-/// replay full graphs and do not depend on them; what they price is how long a step with prompt
+/// as in `base`: a grid search over both (coarse, then finer around the best) for the lowest mean
+/// over runs of the TTFT deciles' mean |ln(predicted / measured)| (`ttft_decile_error`) plus
+/// TPOT p50's (a mean, not a median: the terms move only the runs with prompt steps, which a
+/// median over all runs can ignore). Decode-only steps replay full graphs and do not depend on them; what they price is how long a step with prompt
 /// tokens keeps the host busy. The request path is set first, from the runs' engine timestamps
 /// (`measured_request_path_us`) where they have them.
 pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> Result<HostOverhead> {
@@ -612,23 +657,24 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
     if runs.len() < 4 {
         bail!("only {} vLLM calibration runs ({}); need at least 4", runs.len(), VLLM_CALIBRATION_MODELS.join(", "));
     }
-    let measured: Vec<BTreeMap<&'static str, f64>> = runs.iter().map(|(_, r)| measured_metrics(r)).collect();
+    let measured: Vec<(f64, Vec<f64>)> = runs.iter().map(|(_, r)| (measured_metrics(r)["tpot_p50"], measured_ttft_ms(r))).collect();
     // The request path is measured, not fitted: the engine's own timestamps say what it is.
     let run_refs: Vec<&TraceRun> = runs.iter().map(|(_, r)| *r).collect();
-    let path_us = measured_request_path_us(&run_refs);
-    let base = &HostOverhead { request_path_us: path_us.unwrap_or(base.request_path_us), ..base.clone() };
+    let wake_us = measured_idle_wake_us(&run_refs).unwrap_or(0.0);
+    let path_us = measured_request_path_us(&run_refs, wake_us);
+    let base = &HostOverhead { request_path_us: path_us.unwrap_or(base.request_path_us), idle_wake_us: wake_us, ..base.clone() };
     let loss = |piecewise: f64, eager: f64| -> Result<f64> {
         use rayon::prelude::*;
         let h = HostOverhead { piecewise_launch_per_layer_us: piecewise, eager_launch_per_layer_us: eager, ..base.clone() };
         let errs: Vec<f64> = runs
             .par_iter()
             .zip(&measured)
-            .map(|((m, r), meas)| {
-                let p = replay(m, r, tier, &h)?.metrics;
-                Ok(["ttft_p50", "tpot_p50"].iter().map(|k| (p[k] / meas[k]).ln().abs()).sum())
+            .map(|((m, r), (tpot_p50, ttft))| {
+                let p = replay(m, r, tier, &h)?;
+                Ok(ttft_decile_error(&p.ttft_ms, ttft) + (p.metrics["tpot_p50"] / tpot_p50).ln().abs())
             })
             .collect::<Result<_>>()?;
-        Ok(quantile(&errs, 0.5))
+        Ok(errs.iter().sum::<f64>() / errs.len() as f64)
     };
     // Every pair on a coarse grid, then every pair on a finer one around the best: the answer
     // does not depend on where a search started (a coordinate search did, by 0.01 in loss).
@@ -652,14 +698,14 @@ pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> 
         eager_launch_per_layer_us: eager,
         source: Provenance {
             launch_terms: format!(
-                "prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; median |ln error| of TTFT + TPOT p50 {:.3} -> {:.3}){}",
+                "prefill-step launch terms fitted by `validate e2e` on {} vLLM runs of {} on the H200 (tier {}; mean |ln error| of TTFT deciles + TPOT p50 {:.3} -> {:.3}){}",
                 runs.len(),
                 VLLM_CALIBRATION_MODELS.join(", "),
                 tier.as_str(),
                 start,
                 best,
                 match path_us {
-                    Some(v) => format!(", request path {v:.0} us measured from their engine timestamps"),
+                    Some(v) => format!(", request path {v:.0} us and idle wake-up {wake_us:.0} us measured from their engine timestamps"),
                     None => String::new(),
                 }
             ),
@@ -862,6 +908,8 @@ pub fn measured_evictions(run: &TraceRun) -> Option<u64> {
 /// A run as the simulator replayed it.
 pub struct Replayed {
     pub metrics: BTreeMap<&'static str, f64>,
+    /// Every finished request's TTFT (ms), in no particular order.
+    pub ttft_ms: Vec<f64>,
     /// The step-time model, described.
     pub describe: String,
     /// Requests preempted (evicted and recomputed) in the simulation.
@@ -909,7 +957,7 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
         ("throughput", tokens as f64 / end_s),
         ("served_fraction", served_fraction(&done.iter().map(|r| (r.arrival_s, r.finish_s)).collect::<Vec<_>>())),
     ]);
-    Ok(Replayed { metrics, describe: p.describe(), preemptions: outcome.rec.preemptions })
+    Ok(Replayed { metrics, ttft_ms: ttft, describe: p.describe(), preemptions: outcome.rec.preemptions })
 }
 
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
@@ -1010,7 +1058,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                     (TraceEngine::Hf, false) => &host,
                 };
                 let h = h.as_ref().expect("a host model for every mode with runs");
-                let Replayed { metrics: predicted, describe, preemptions } = replay(m, run, tier, h)?;
+                let Replayed { metrics: predicted, describe, preemptions, .. } = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
                 let measured = measured_metrics(run);
                 let apes = METRICS.iter().map(|&k| (k, ape(predicted[k], measured[k]))).collect();

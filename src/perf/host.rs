@@ -75,6 +75,11 @@ pub struct HostOverhead {
     /// engine's own timestamps (`traces::measured_request_path_us`).
     #[serde(default)]
     pub request_path_us: f64,
+    /// From the first request reaching an idle engine core to the step that serves it: requests
+    /// that arrive in between join that step (`StepTimeModel::idle_wake_us`). Measured from the
+    /// engine's timestamps, like `request_path_us`, which then leaves it out.
+    #[serde(default)]
+    pub idle_wake_us: f64,
     /// The host-speed probe's median `python_loop_ns` on machines that run this engine's host
     /// work as fast as the model says (`--host-probe` scales by a host's reading over this);
     /// none where no probed machine was checked against the model.
@@ -177,6 +182,7 @@ impl Default for HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
+            idle_wake_us: 0.0,
             probe_python_loop_ns: None,
             source: Provenance::of("default placeholder (not fitted)"),
         }
@@ -203,6 +209,7 @@ impl HostOverhead {
             graph_capture_per_m_activations_us: 0.0,
             sdpa_plan_us: 0.0,
             request_path_us: 0.0,
+            idle_wake_us: 0.0,
             probe_python_loop_ns: None,
             source: Provenance::of("none"),
         }
@@ -250,7 +257,7 @@ impl HostOverhead {
     }
 
     /// Every time term with its field name: what `scaled` multiplies and `validate` checks.
-    fn terms_mut(&mut self) -> [(&'static str, &mut f64); 16] {
+    fn terms_mut(&mut self) -> [(&'static str, &mut f64); 17] {
         [
             ("per_step_us", &mut self.per_step_us),
             ("per_seq_us", &mut self.per_seq_us),
@@ -268,6 +275,7 @@ impl HostOverhead {
             ("graph_capture_per_m_activations_us", &mut self.graph_capture_per_m_activations_us),
             ("sdpa_plan_us", &mut self.sdpa_plan_us),
             ("request_path_us", &mut self.request_path_us),
+            ("idle_wake_us", &mut self.idle_wake_us),
         ]
     }
 
@@ -325,6 +333,9 @@ impl HostOverhead {
         }
         if self.request_path_us > 0.0 {
             line += &format!(", client <-> engine path {:.0} us per request", self.request_path_us);
+        }
+        if self.idle_wake_us > 0.0 {
+            line += &format!(", idle engine wakes {:.0} us after the first arrival", self.idle_wake_us);
         }
         if self.graph_capture_us > 0.0 || self.graph_capture_per_kernel_us > 0.0 || self.graph_capture_per_m_activations_us > 0.0 {
             line += &format!(

@@ -30,8 +30,8 @@ pub struct StepCost {
     pub communication_us: f64,
     pub host_us: f64,
     /// Host time to schedule and launch this step by itself (part of `total_us`): under async
-    /// scheduling it runs while the GPU works on the step before, which is what the simulator
-    /// needs at the first step after idle (`sim::Replica::pipeline_fill`). 0 without host terms.
+    /// scheduling it runs while the GPU works on the step before, and the step before hands its
+    /// tokens out only once it is done (`sim::replica::HostTimeline`). 0 without host terms.
     #[serde(skip)]
     pub launch_us: f64,
 }
@@ -80,6 +80,11 @@ pub trait StepTimeModel: Send + Sync {
     /// tokenizer, IPC, detokenizer): added to its TTFT and end-to-end latency and to a
     /// closed-loop client's turnaround, not to the gaps between its tokens.
     fn request_path_us(&self) -> f64 {
+        0.0
+    }
+    /// How long an idle engine takes from its first arrival to starting the step that serves it;
+    /// whatever arrives meanwhile joins that step (a burst's split across steps hangs on it).
+    fn idle_wake_us(&self) -> f64 {
         0.0
     }
 }

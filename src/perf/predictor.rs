@@ -388,6 +388,10 @@ impl StepTimeModel for Predictor {
     fn request_path_us(&self) -> f64 {
         self.host.request_path_us
     }
+
+    fn idle_wake_us(&self) -> f64 {
+        self.host.idle_wake_us
+    }
 }
 
 #[cfg(test)]

@@ -142,6 +142,9 @@ impl StepTimeModel for ReceivedKv<'_> {
     fn request_path_us(&self) -> f64 {
         self.0.request_path_us()
     }
+    fn idle_wake_us(&self) -> f64 {
+        self.0.idle_wake_us()
+    }
 }
 
 /// The prefill pool of a disaggregated deployment hands its requests to the decode pool, not to
@@ -156,6 +159,9 @@ impl StepTimeModel for InsidePool<'_> {
     }
     fn describe(&self) -> String {
         self.0.describe()
+    }
+    fn idle_wake_us(&self) -> f64 {
+        self.0.idle_wake_us()
     }
 }
 

@@ -22,7 +22,7 @@ use anyhow::{bail, Result};
 use engine::EngineParams;
 use events::{Event, EventQueue};
 use record::{Recorder, RequestRecord, SimObserver, StepRecord};
-use replica::{PipelineFill, Replica};
+use replica::{HostTimeline, Replica};
 use request::Req;
 use router::{Router, RouterKind};
 
@@ -100,6 +100,7 @@ struct Sim<'a> {
     replicas: Vec<Replica>,
     rec: Recorder,
     kv_frac_s: f64,
+    idle_wake_us: f64,
 }
 
 impl Sim<'_> {
@@ -109,6 +110,14 @@ impl Sim<'_> {
             rep.kick_pending = true;
             self.q.push(now_us, Event::Kick { replica: r });
         }
+    }
+
+    /// A request reached replica `r`: an idle engine starts its step `idle_wake_us` later, with
+    /// whatever arrived by then; a busy one picks it up when its current step allows.
+    fn arrived(&mut self, r: u32, now_us: f64) {
+        let rep = &self.replicas[r as usize];
+        let idle = rep.in_flight == 0 && rep.running.is_empty() && rep.waiting.len() == 1 && rep.held_since_us().is_none();
+        self.kick(r, if idle { now_us + self.idle_wake_us } else { now_us });
     }
 
     /// Starts a step on replica `r` if a stage is free and there is work.
@@ -122,15 +131,11 @@ impl Sim<'_> {
         // Nothing running and nothing in flight: the engine was idle, whatever the clock says.
         let was_idle = rep.in_flight == 0 && rep.running.is_empty();
         let async_pipeline = self.cfg.engine.async_scheduling && pp == 1;
-        let fill = rep.pipeline_fill.take().filter(|_| !was_idle);
-        // Async scheduling forms this step when the previous one started (vLLM's batch queue
-        // of two), or after a step from idle when the host finished launching that one:
-        // arrivals since then wait for the next step. Pipelined replicas keep the synchronous rule.
-        rep.admit_arrived_by_us = match fill {
-            _ if !async_pipeline || was_idle => f64::INFINITY,
-            Some(f) => f.launch_end_us,
-            None => rep.last_step_start_us,
-        };
+        // Async scheduling forms this step when the host turns to it (`HostTimeline`): arrivals
+        // since then wait for the next step. From idle it takes everything; pipelined replicas
+        // keep the synchronous rule.
+        let launch_start_us = rep.host.launch_start_us(now_us);
+        rep.admit_arrived_by_us = if !async_pipeline || was_idle { f64::INFINITY } else { launch_start_us };
         let mut tag = rep.schedule(&mut self.rec, now_us);
         if tag.is_none() && rep.in_flight == 0 && rep.has_work() {
             // A step that only preempted freed blocks: admission can go ahead now, of anything
@@ -148,24 +153,40 @@ impl Sim<'_> {
                 );
             }
         }
-        let Some(tag) = tag else { return Ok(()) };
-        let cost = if was_idle { self.model.step_time_from_idle(&rep.work) } else { self.model.step_time(&rep.work) };
+        let Some(tag) = tag else {
+            // Nothing to launch: the engine hands out what it holds and idles.
+            if rep.in_flight == 0 {
+                rep.release_tokens(now_us, &mut self.rec);
+                rep.host = HostTimeline::IDLE;
+            }
+            return Ok(());
+        };
+        let mut cost = if was_idle { self.model.step_time_from_idle(&rep.work) } else { self.model.step_time(&rep.work) };
         let t_us = cost.total_us;
         if !(t_us > 0.0 && t_us.is_finite()) {
             bail!("the step-time model returned {t_us} us for a batch of {} sequences", rep.work.len());
         }
-        if let Some(f) = fill {
-            // The step from idle handed its tokens out once this step was launched.
-            let delay_us = f.launch_end_us + cost.launch_us - f.done_us;
-            if delay_us > 0.0 {
-                rep.delay_tokens_out_at(f.done_us, delay_us);
+        if async_pipeline {
+            // The GPU cannot finish a step before the host has launched it; the step before it
+            // hands its tokens out once both are done.
+            let launch_end_us = launch_start_us + cost.launch_us;
+            let wait_us = launch_end_us - now_us - t_us;
+            if wait_us > 0.0 {
+                cost.total_us += wait_us;
+                cost.host_us += wait_us;
             }
+            let prev_out_us = match rep.held_since_us() {
+                Some(done_us) => {
+                    let out_us = launch_end_us.max(done_us);
+                    rep.release_tokens(out_us, &mut self.rec);
+                    out_us
+                }
+                None => f64::NEG_INFINITY,
+            };
+            rep.host = HostTimeline { launch_end_us, prev_out_us };
         }
-        if async_pipeline && was_idle {
-            rep.pipeline_fill = Some(PipelineFill { launch_end_us: now_us + cost.launch_us, done_us: now_us + t_us });
-        }
+        let t_us = cost.total_us;
         let tokens: u64 = rep.work.iter().map(|w| w.new_tokens as u64).sum();
-        rep.last_step_start_us = now_us;
         self.q.push(now_us + t_us, Event::StepDone { replica: r, batch: tag });
         rep.stage_free_us = now_us + t_us / pp as f64;
         if pp > 1 {
@@ -216,6 +237,10 @@ pub fn run(
     if !(request_path_us >= 0.0 && request_path_us.is_finite()) {
         bail!("the step-time model's request path must be a finite number of microseconds >= 0, got {request_path_us}");
     }
+    let idle_wake_us = model.idle_wake_us();
+    if !(idle_wake_us >= 0.0 && idle_wake_us.is_finite()) {
+        bail!("the step-time model's idle wake-up must be a finite number of microseconds >= 0, got {idle_wake_us}");
+    }
     let replicas = (0..cfg.dp)
         .map(|i| Replica::new(i, cfg.engine.clone(), cfg.num_gpu_blocks, cfg.kv_layout, request_path_us))
         .collect();
@@ -226,6 +251,7 @@ pub fn run(
         replicas,
         rec: Recorder::new(cfg.slo_ttft_ms.map(|v| v * 1e3), cfg.slo_tpot_ms.map(|v| v * 1e3)),
         kv_frac_s: 0.0,
+        idle_wake_us,
     };
     let mut router = Router::new(cfg.router, cfg.dp);
     if let Some(c) = closed {
@@ -287,16 +313,22 @@ pub fn run(
                         preemptions: 0,
                         rejected: Some(reason),
                         client,
+                        out_us: now_us,
                     });
                 } else {
                     router.assigned(&spec, r);
                     let table = rep.table();
                     rep.waiting.push_back(Req::new(&spec, now_us, client, table));
-                    sim.kick(r, now_us);
+                    sim.arrived(r, now_us);
                 }
             }
             Event::StepDone { replica, batch } => {
-                sim.replicas[replica as usize].complete(batch, now_us, &mut sim.rec);
+                let rep = &mut sim.replicas[replica as usize];
+                rep.complete(batch, now_us, &mut sim.rec);
+                if !(cfg.engine.async_scheduling && cfg.pp == 1) {
+                    // Synchronous engines hand the step's tokens out as it ends.
+                    rep.release_tokens(now_us, &mut sim.rec);
+                }
                 sim.kick(replica, now_us);
             }
             Event::StageFree { replica } => sim.kick(replica, now_us),
@@ -318,8 +350,10 @@ pub fn run(
                 obs.on_request(&r)?;
                 if let Some(c) = closed {
                     if let Some(spec) = source.next_request()? {
-                        // The client sends again after it got the answer, back through the path.
-                        sim.q.push(now_us + request_path_us + c.turnaround_us, Event::Arrival { spec, client: r.client });
+                        // The client sends again after it got the answer: handed out, then back
+                        // through the path.
+                        let at_us = r.out_us.max(now_us) + request_path_us + c.turnaround_us;
+                        sim.q.push(at_us, Event::Arrival { spec, client: r.client });
                     }
                 }
             }

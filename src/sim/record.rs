@@ -27,6 +27,9 @@ pub struct RequestRecord {
     pub rejected: Option<&'static str>,
     #[serde(skip)]
     pub client: u32,
+    /// When the engine handed the answer out (us, before the path back to the client).
+    #[serde(skip)]
+    pub out_us: f64,
 }
 
 /// One engine step, for traces.

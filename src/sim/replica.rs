@@ -22,14 +22,15 @@ pub struct Replica {
     /// When the first pipeline stage can take the next batch.
     pub stage_free_us: f64,
     /// Requests that arrived after this time wait for a later step: under async scheduling a
-    /// step is formed when the one before it starts (vLLM's batch queue), so it cannot see
-    /// arrivals during that step. Infinite for synchronous engines and steps from idle.
+    /// step is formed when the host turns to it (`HostTimeline::launch_start_us`), so it cannot
+    /// see later arrivals. Infinite for synchronous engines and steps from idle.
     pub admit_arrived_by_us: f64,
-    /// When the last step started.
-    pub last_step_start_us: f64,
-    /// Async scheduling, after a step started on an idle engine: its host work had nothing to
-    /// hide behind, so the pipeline fills (`PipelineFill`). None otherwise.
-    pub pipeline_fill: Option<PipelineFill>,
+    /// Async scheduling: where the engine's host is (`HostTimeline`).
+    pub host: HostTimeline,
+    /// Tokens of the last finished step not yet handed out (async scheduling holds them until
+    /// the next step is launched): when that step ended, and its requests that finished.
+    held_done_us: Option<f64>,
+    held_finished: Vec<HeldFinish>,
     /// `StepTimeModel::request_path_us`: client <-> engine time added to each request's TTFT
     /// and end-to-end latency.
     request_path_us: f64,
@@ -47,15 +48,39 @@ pub struct Replica {
     hold_admission: bool,
 }
 
-/// The first step after idle under async scheduling (vLLM's batch queue of two): the host
-/// launches it (until `launch_end_us`), then forms and launches the next step from everything
-/// that arrived meanwhile, and only then hands out the first step's tokens, so they reach the
-/// clients after the second step's launch (`EngineCore.step_with_batch_queue`).
+/// The host side of an async-scheduling engine (vLLM's batch queue of two,
+/// `EngineCore.step_with_batch_queue`): the host launches step k+1, then waits for step k and
+/// hands out its tokens, then forms and launches step k+2. So step k's tokens leave when both
+/// the GPU has finished it and the host has launched step k+1; step k+2 is formed (and sees
+/// arrivals) only then. Steps whose host time exceeds their GPU time (prompts without CUDA
+/// graphs, small models) thereby delay the tokens of the step before them.
 #[derive(Debug, Clone, Copy)]
-pub struct PipelineFill {
+pub struct HostTimeline {
+    /// When the host finished launching the last step (-inf: idle).
     pub launch_end_us: f64,
-    /// When the first step's tokens came out of the GPU (its `StepDone`).
-    pub done_us: f64,
+    /// When the tokens of the step before the last were handed out (-inf: none).
+    pub prev_out_us: f64,
+}
+
+impl HostTimeline {
+    pub const IDLE: HostTimeline = HostTimeline { launch_end_us: f64::NEG_INFINITY, prev_out_us: f64::NEG_INFINITY };
+
+    /// When the host turns to the next step: after launching the last one and handing out the
+    /// tokens of the one before it; `now_us` from idle.
+    pub fn launch_start_us(&self, now_us: f64) -> f64 {
+        let t = self.launch_end_us.max(self.prev_out_us);
+        if t.is_finite() { t } else { now_us }
+    }
+}
+
+/// A request that finished in a step whose tokens are held: its record as if handed out when
+/// the step ended, shifted when they are.
+struct HeldFinish {
+    record: RequestRecord,
+    /// Its first token is the held one (one-token answers).
+    first_here: bool,
+    /// When its previous token was handed out (NaN for none).
+    prev_token_us: f64,
 }
 
 #[inline]
@@ -77,8 +102,9 @@ impl Replica {
             next_batch: 0,
             stage_free_us: 0.0,
             admit_arrived_by_us: f64::INFINITY,
-            last_step_start_us: 0.0,
-            pipeline_fill: None,
+            host: HostTimeline::IDLE,
+            held_done_us: None,
+            held_finished: Vec::new(),
             request_path_us,
             kick_pending: false,
             work: Vec::new(),
@@ -418,12 +444,8 @@ impl Replica {
                     if r.computed >= r.num_tokens() {
                         r.generated += 1;
                         out_tokens += 1;
-                        if r.first_token_us.is_nan() {
-                            r.first_token_us = now_us;
-                        } else {
-                            rec.itl(now_us - r.last_token_us);
-                        }
-                        r.last_token_us = now_us;
+                        r.token_held = true;
+                        self.held_done_us = Some(now_us);
                     }
                     r.generated == r.output
                 } else {
@@ -445,10 +467,12 @@ impl Replica {
                 if self.params.pad_finished {
                     self.padding.push(req.computed);
                 }
+                // Recorded as if its last token left now; `release_tokens` moves it to when it does.
+                let first_here = req.first_token_us.is_nan();
+                let first_us = if first_here { now_us } else { req.first_token_us };
                 let e2e_ms = (now_us + self.request_path_us - req.arrival_us) * 1e-3;
-                let ttft_ms = (req.first_token_us + self.request_path_us - req.arrival_us) * 1e-3;
-                rec.output_tokens += req.output as u64;
-                rec.finish(RequestRecord {
+                let ttft_ms = (first_us + self.request_path_us - req.arrival_us) * 1e-3;
+                let record = RequestRecord {
                     id: req.id,
                     replica: self.idx,
                     arrival_s: req.arrival_us * 1e-6,
@@ -463,7 +487,9 @@ impl Replica {
                     preemptions: req.preemptions,
                     rejected: None,
                     client: req.client,
-                });
+                    out_us: now_us,
+                };
+                self.held_finished.push(HeldFinish { record, first_here, prev_token_us: req.last_token_us });
             }
         }
         if any_done {
@@ -471,22 +497,46 @@ impl Replica {
             // One pass that keeps admission order (preemption priority).
             self.running.retain(|r| r.generated < r.output);
         }
-        rec.flush_itl();
         let b = rec.series.at(now_s);
         b.output_tokens += out_tokens;
         b.prompt_tokens += prompt_tokens;
     }
 
-    /// Moves the tokens that came out at `done_us` (a pipeline-filling step's) to `done_us +
-    /// delay_us`, when the engine handed them out. Requests that already finished with that
-    /// token (one-token answers) keep their record.
-    pub fn delay_tokens_out_at(&mut self, done_us: f64, delay_us: f64) {
-        for r in self.running.iter_mut().filter(|r| r.last_token_us == done_us) {
-            if r.first_token_us == done_us {
-                r.first_token_us += delay_us;
+    /// When the tokens held since the last step ended (`complete`) leave, if any are held.
+    pub fn held_since_us(&self) -> Option<f64> {
+        self.held_done_us
+    }
+
+    /// Hands out the held tokens at `out_us` (>= when their step ended): first-token and
+    /// inter-token times, and the records of the requests they finished.
+    pub fn release_tokens(&mut self, out_us: f64, rec: &mut Recorder) {
+        let Some(done_us) = self.held_done_us.take() else { return };
+        // A request preempted since its token came out waits with it.
+        for r in self.running.iter_mut().chain(self.waiting.iter_mut()).filter(|r| r.token_held) {
+            r.token_held = false;
+            if r.first_token_us.is_nan() {
+                r.first_token_us = out_us;
+            } else {
+                rec.itl(out_us - r.last_token_us);
             }
-            r.last_token_us += delay_us;
+            r.last_token_us = out_us;
         }
+        let shift_ms = (out_us - done_us) * 1e-3;
+        for HeldFinish { mut record, first_here, prev_token_us } in self.held_finished.drain(..) {
+            if !prev_token_us.is_nan() {
+                rec.itl(out_us - prev_token_us);
+            }
+            if first_here {
+                record.ttft_ms += shift_ms;
+            }
+            record.e2e_ms += shift_ms;
+            record.finish_s += shift_ms * 1e-3;
+            record.out_us = out_us;
+            record.tpot_ms = (record.output_tokens > 1).then(|| (record.e2e_ms - record.ttft_ms) / (record.output_tokens - 1) as f64);
+            rec.output_tokens += record.output_tokens as u64;
+            rec.finish(record);
+        }
+        rec.flush_itl();
     }
 
     /// Pages a request needs for its whole life under the engine's block growth.

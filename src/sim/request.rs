@@ -33,8 +33,11 @@ pub struct Req {
     /// Which in-flight batch (pipeline parallelism keeps several).
     pub batch: u32,
     pub first_sched_us: f64,
+    /// When its first and latest tokens were handed out (NaN before).
     pub first_token_us: f64,
     pub last_token_us: f64,
+    /// Its latest token is computed but not yet handed out (`Replica::release_tokens`).
+    pub token_held: bool,
     pub preemptions: u32,
     /// Prompt tokens served from the prefix cache at first admission.
     pub hit_tokens: u32,
@@ -61,6 +64,7 @@ impl Req {
             first_sched_us: f64::NAN,
             first_token_us: f64::NAN,
             last_token_us: f64::NAN,
+            token_held: false,
             preemptions: 0,
             hit_tokens: 0,
             client,
