@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Blind predictions for a load sweep plan (plans.json `load_sweep14`, `vllm_load27a`), written
-before the GPU runs.
+"""Blind predictions for a plan of end-to-end runs (plans.json `load_sweep14`, `vllm_load27a`,
+`vllm32a`), written before the GPU runs.
 
 For each model and workload of the plan, `kernelsight simulate` replays the workload file at each
 tier (transformers' plans: the `hf-cudagraph` engine, its KV cache pinned to the plan's blocks;
 vLLM's plans: the `vllm` engine with its KV cache from memory); then `kernelsight capacity`
 searches the highest rate within the plan's SLO for the sweep's lengths (the plan's
 `sweep` entry: isl, osl, range ratio, requests, seed; load_sweep14's 512/128 +-25 %, 100, 11 by
-default). Output: one CSV of per-run predictions and one JSON of the capacity answers. Usage
-(release build):
+default; `--no-capacity` skips it). A run with `clients` is a closed loop of that many clients
+over the workload's lengths (its first `limit` requests), as the harness replays it. vLLM runs
+are simulated with the settings vllm_serve.py gives the engine (async scheduling, 8,192 batched
+tokens, 1,024 sequences). Output: one CSV of per-run predictions and one JSON of the capacity
+answers. Usage (release build):
   python3 microbench/e2e/load_sweep_predict.py --plan load_sweep14 --slo-ttft-ms 400 --slo-tpot-ms 40 \
       --percentile 90 --out microbench/plans/load_sweep14
 """
@@ -32,15 +35,18 @@ def ks(*args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--plan", required=True)
-    ap.add_argument("--slo-ttft-ms", required=True)
-    ap.add_argument("--slo-tpot-ms", required=True)
+    ap.add_argument("--slo-ttft-ms")
+    ap.add_argument("--slo-tpot-ms")
     ap.add_argument("--percentile", default="90")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--no-capacity", action="store_true", help="per-run predictions only")
     a = ap.parse_args()
+    if not a.no_capacity and not (a.slo_ttft_ms and a.slo_tpot_ms):
+        ap.error("--slo-ttft-ms and --slo-tpot-ms are needed unless --no-capacity")
     with open(os.path.join(HERE, "plans.json")) as f:
         plan = json.load(f)[a.plan]
     if plan.get("engine") == "vllm":
-        engine, kv_flags = "vllm", []
+        engine, kv_flags = "vllm", ["--async-scheduling", "true", "--max-num-batched-tokens", "8192", "--max-num-seqs", "1024"]
     else:
         eng = plan["engine"]
         engine, kv_flags = "hf-cudagraph", ["--num-gpu-blocks", str(eng["kv_capacity_tokens"] // eng["block_size"])]
@@ -50,14 +56,18 @@ def main():
     for m in plan["models"]:
         for run in m["runs"]:
             wl = os.path.join(HERE, "workloads", run["workload"] + ".csv")
+            loop = ["--concurrency", str(run["clients"])] if run.get("clients") else []
+            limit = ["--num-requests", str(run["limit"])] if run.get("limit") else []
             for tier in TIERS:
                 j = ks("simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", engine, "--trace", wl,
-                       *kv_flags, "--tier", tier, "--json")
-                rows.append({"model": m["name"], "workload": run["workload"], "tier": tier,
+                       *loop, *limit, *kv_flags, "--tier", tier, "--json")
+                rows.append({"model": m["name"], "workload": run["workload"], "clients": run.get("clients", ""), "tier": tier,
                              "ttft_p50_ms": j["ttft_ms"]["p50"], "ttft_p90_ms": j["ttft_ms"]["p90"],
                              "tpot_p50_ms": j["tpot_ms"]["p50"], "tpot_p90_ms": j["tpot_ms"]["p90"],
                              "itl_p50_ms": j["itl_ms"]["p50"], "throughput_tok_s": j["throughput_tok_s"],
                              "duration_s": j["duration_s"]})
+        if a.no_capacity:
+            continue
         # The sweep's lengths and arrival pattern, its rate searched.
         sw = {**sweep, **m.get("sweep", {})}
         for tier in TIERS:
@@ -76,9 +86,10 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    with open(a.out + "_capacity.json", "w") as f:
-        json.dump(capacity, f, indent=1)
-        f.write("\n")
+    if not a.no_capacity:
+        with open(a.out + "_capacity.json", "w") as f:
+            json.dump(capacity, f, indent=1)
+            f.write("\n")
     for c in capacity:
         print(f"{c['model']:14s} {c['tier']:9s} capacity {c['max_rate_per_s']} req/s (first failing {c['first_failing_rate_per_s']})")
 
