@@ -11,7 +11,10 @@ default; `--no-capacity` skips it). A run with `clients` is a closed loop of tha
 over the workload's lengths (its first `limit` requests), as the harness replays it. vLLM runs
 are simulated with the settings vllm_serve.py gives the engine (async scheduling, 8,192 batched
 tokens, 1,024 sequences). Output: one CSV of per-run predictions and one JSON of the capacity
-answers. Usage (release build):
+answers. With `--record-quantiles`, TTFT and TPOT percentiles come from the simulated requests
+(`simulate --out`'s requests.csv) interpolated as summarize.py does the measured ones, instead of
+the report's nearest-rank histogram quantiles: the two differ where a run's latencies split into
+cohorts (a closed loop's p50 falls between two clusters). Usage (release build):
   python3 microbench/e2e/load_sweep_predict.py --plan load_sweep14 --slo-ttft-ms 400 --slo-tpot-ms 40 \
       --percentile 90 --out microbench/plans/load_sweep14
 """
@@ -20,6 +23,9 @@ import csv
 import json
 import os
 import subprocess
+import tempfile
+
+from summarize import percentile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -40,6 +46,7 @@ def main():
     ap.add_argument("--percentile", default="90")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-capacity", action="store_true", help="per-run predictions only")
+    ap.add_argument("--record-quantiles", action="store_true", help="TTFT/TPOT percentiles from the simulated requests, linearly interpolated")
     a = ap.parse_args()
     if not a.no_capacity and not (a.slo_ttft_ms and a.slo_tpot_ms):
         ap.error("--slo-ttft-ms and --slo-tpot-ms are needed unless --no-capacity")
@@ -59,11 +66,21 @@ def main():
             loop = ["--concurrency", str(run["clients"])] if run.get("clients") else []
             limit = ["--num-requests", str(run["limit"])] if run.get("limit") else []
             for tier in TIERS:
-                j = ks("simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", engine, "--trace", wl,
-                       *loop, *limit, *kv_flags, "--tier", tier, "--json")
+                args = ["simulate", "--model", m["name"], "--gpu", "h200_sxm", "--engine", engine, "--trace", wl,
+                        *loop, *limit, *kv_flags, "--tier", tier, "--json"]
+                with tempfile.TemporaryDirectory() as tmp:
+                    j = ks(*args, *(["--out", tmp] if a.record_quantiles else []))
+                    ttft, tpot = j["ttft_ms"], j["tpot_ms"]
+                    if a.record_quantiles:
+                        with open(os.path.join(tmp, "requests.csv")) as f:
+                            done = [r for r in csv.DictReader(f) if r["status"] == "ok"]
+                        t = [float(r["ttft_ms"]) for r in done]
+                        p = [float(r["tpot_ms"]) for r in done if r["tpot_ms"]]
+                        ttft = {"p50": percentile(t, 50), "p90": percentile(t, 90)}
+                        tpot = {"p50": percentile(p, 50), "p90": percentile(p, 90)}
                 rows.append({"model": m["name"], "workload": run["workload"], "clients": run.get("clients", ""), "tier": tier,
-                             "ttft_p50_ms": j["ttft_ms"]["p50"], "ttft_p90_ms": j["ttft_ms"]["p90"],
-                             "tpot_p50_ms": j["tpot_ms"]["p50"], "tpot_p90_ms": j["tpot_ms"]["p90"],
+                             "ttft_p50_ms": ttft["p50"], "ttft_p90_ms": ttft["p90"],
+                             "tpot_p50_ms": tpot["p50"], "tpot_p90_ms": tpot["p90"],
                              "itl_p50_ms": j["itl_ms"]["p50"], "throughput_tok_s": j["throughput_tok_s"],
                              "duration_s": j["duration_s"]})
         if a.no_capacity:

@@ -46,6 +46,12 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// Async scheduling pipelines the host's launch of the next step with the GPU's run of this
+    /// one (`HostTimeline`); pipeline-parallel replicas keep the synchronous rule.
+    pub fn async_pipeline(&self) -> bool {
+        self.engine.async_scheduling && self.pp == 1
+    }
+
     pub fn validate(&self) -> Result<()> {
         self.engine.validate()?;
         if self.num_gpu_blocks == 0 {
@@ -116,7 +122,7 @@ impl Sim<'_> {
     /// whatever arrived by then; a busy one picks it up when its current step allows.
     fn arrived(&mut self, r: u32, now_us: f64) {
         let rep = &self.replicas[r as usize];
-        let idle = rep.in_flight == 0 && rep.running.is_empty() && rep.waiting.len() == 1 && rep.held_since_us().is_none();
+        let idle = rep.in_flight == 0 && rep.running.is_empty() && rep.waiting.len() == 1;
         self.kick(r, if idle { now_us + self.idle_wake_us } else { now_us });
     }
 
@@ -130,7 +136,7 @@ impl Sim<'_> {
         }
         // Nothing running and nothing in flight: the engine was idle, whatever the clock says.
         let was_idle = rep.in_flight == 0 && rep.running.is_empty();
-        let async_pipeline = self.cfg.engine.async_scheduling && pp == 1;
+        let async_pipeline = self.cfg.async_pipeline();
         // Async scheduling forms this step when the host turns to it (`HostTimeline`): arrivals
         // since then wait for the next step. From idle it takes everything; pipelined replicas
         // keep the synchronous rule.
@@ -162,15 +168,14 @@ impl Sim<'_> {
             return Ok(());
         };
         let mut cost = if was_idle { self.model.step_time_from_idle(&rep.work) } else { self.model.step_time(&rep.work) };
-        let t_us = cost.total_us;
-        if !(t_us > 0.0 && t_us.is_finite()) {
-            bail!("the step-time model returned {t_us} us for a batch of {} sequences", rep.work.len());
+        if !(cost.total_us > 0.0 && cost.total_us.is_finite()) {
+            bail!("the step-time model returned {} us for a batch of {} sequences", cost.total_us, rep.work.len());
         }
         if async_pipeline {
             // The GPU cannot finish a step before the host has launched it; the step before it
             // hands its tokens out once both are done.
             let launch_end_us = launch_start_us + cost.launch_us;
-            let wait_us = launch_end_us - now_us - t_us;
+            let wait_us = launch_end_us - now_us - cost.total_us;
             if wait_us > 0.0 {
                 cost.total_us += wait_us;
                 cost.host_us += wait_us;
@@ -325,7 +330,7 @@ pub fn run(
             Event::StepDone { replica, batch } => {
                 let rep = &mut sim.replicas[replica as usize];
                 rep.complete(batch, now_us, &mut sim.rec);
-                if !(cfg.engine.async_scheduling && cfg.pp == 1) {
+                if !cfg.async_pipeline() {
                     // Synchronous engines hand the step's tokens out as it ends.
                     rep.release_tokens(now_us, &mut sim.rec);
                 }
