@@ -394,6 +394,13 @@ def main():
                     "gated, [tp, ...]]}: time these models instead of Vidur's")
     args = ap.parse_args()
 
+    def vidur_gpu_dir(device_name):
+        # Vidur's profiling folders name the GPU (a100, h100, a40); `kernelsight import vidur` maps them.
+        for key, d in (("H200", "h200"), ("H100", "h100"), ("A100", "a100")):
+            if key in device_name:
+                return d
+        raise SystemExit(f"no Vidur GPU folder name for {device_name!r}")
+
     import cupy as cp
     import torch
 
@@ -437,7 +444,7 @@ def main():
                 torch.cuda.empty_cache()
                 print(f"{name} tp{tp}: {time.time() - t1:.1f} s", flush=True)
             if rows:
-                d = os.path.join(args.out, "h200", name)
+                d = os.path.join(args.out, vidur_gpu_dir(prov["gpu"]), name)
                 os.makedirs(d, exist_ok=True)
                 cols = [c for c in rows[0] if c.startswith("time_stats.")] + SHAPE_COLUMNS
                 with open(os.path.join(d, "mlp.csv"), "w", newline="") as f:
