@@ -1404,20 +1404,39 @@ def output_row(r, res, gpu_id, source, backend, busbw=None):
     return out
 
 
-def sanity(rows_out):
-    """Flags from the two anchors: 8192^3 bf16 GEMM in 600-990 TFLOP/s; the best copy of >= 1 GiB
-    (read + write bytes over time) in 3.5-4.8 TB/s."""
+def spec_anchors(gpu_id):
+    """(dense bf16 TFLOP/s, DRAM TB/s) from the GPU's spec sheet `hw_specs/<gpu_id>.toml`, or None."""
+    import tomllib
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hw_specs", f"{gpu_id}.toml")
+    try:
+        with open(path, "rb") as f:
+            spec = tomllib.load(f)
+        return float(spec["peak"]["bf16_tflops"]), float(spec["memory"]["hbm_bandwidth_tbps"])
+    except (OSError, KeyError, ValueError, tomllib.TOMLDecodeError):
+        return None
+
+
+def sanity(rows_out, gpu_id):
+    """Flags from the two anchors, against the GPU's spec sheet: the 8192^3 bf16 GEMM at 60-100 % of
+    dense bf16 peak (the H200's 594-989 TFLOP/s), the best copy of >= 1 GiB (read + write bytes over
+    time) at 73-100 % of DRAM bandwidth (the H200's 3.5-4.8 TB/s). A GPU without a spec sheet gets none."""
     flags = {}
+    anchors = spec_anchors(gpu_id)
+    if anchors is None:
+        return flags
+    peak_tflops, bw_tbps = anchors
     g = [o for o in rows_out if o["op"] == "gemm" and o["dtype"] == "bf16" and o["m"] == o["n"] == o["k"] == 8192]
     if g:
         v = float(g[0]["achieved_tflops"])
-        flags["gemm_8192_bf16_tflops"] = {"value": v, "range": [600, 990], "ok": 600 <= v <= 990}
+        lo, hi = round(0.6 * peak_tflops), peak_tflops
+        flags["gemm_8192_bf16_tflops"] = {"value": v, "range": [lo, hi], "ok": lo <= v <= hi}
     c = [o for o in rows_out if o["op"] == "copy" and int(o["bytes"]) >= 1 << 30]
     if c:
         best = max(c, key=lambda o: float(o["achieved_tbps"]))
         v = float(best["achieved_tbps"])
+        lo, hi = round(0.73 * bw_tbps, 2), bw_tbps
         flags["copy_tbps"] = {"bytes": int(best["bytes"]), "backend": best["backend"], "value": v,
-                              "range": [3.5, 4.8], "ok": 3.5 <= v <= 4.8,
+                              "range": [lo, hi], "ok": lo <= v <= hi,
                               "all_ge_1GiB": {f"{o['bytes']} {o['backend']}": float(o["achieved_tbps"]) for o in c}}
     return flags
 
@@ -1615,7 +1634,7 @@ def run(args, rows):
                  "rows_skipped": len(skipped), "skipped": skipped[:500],
                  "smi_after": smi_snapshot() if lead else None,
                  "smi_during": summarize_smi(base + ".smi.csv") if lead else None,
-                 "sanity": sanity(out_rows)})
+                 "sanity": sanity(out_rows, gpu_id)})
     write_prov()
     if lead:
         for k, v in prov["sanity"].items():

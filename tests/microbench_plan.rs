@@ -120,3 +120,13 @@ fn committed_default_plan_matches_the_generator() {
     write_plan(&mut fresh, &default_plan()).unwrap();
     assert!(committed == String::from_utf8(fresh).unwrap(), "regenerate with `kernelsight microbench plan --out microbench/plans/h200_default.csv`");
 }
+
+#[test]
+fn the_collectors_gpu_free_checks_pass() {
+    // microbench/tools/test_collect_plan.py: plan validation, flop/byte counts and the sanity
+    // ranges of microbench/collect.py, checked without a GPU or torch.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("microbench/tools/test_collect_plan.py");
+    let run = std::process::Command::new("python3").arg(&script).output().expect("python3 runs");
+    assert!(run.status.success(), "{}\n{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("ok test_sanity_ranges_follow_the_gpus_spec_sheet"));
+}
