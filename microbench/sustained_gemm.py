@@ -10,7 +10,8 @@ Qwen3-8B prefill step's GEMMs (8,192 tokens, 36 layers: qkv 6144x4096, o 4096x40
   sustained:   steps back to back for --seconds,
   duty60:      steps with 40 % idle between them for --seconds (a knee-load serving engine),
 while nvidia-smi samples SM clock, power and temperature every 50 ms. Nothing is changed on the
-GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25]
+GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25] [--shapes N:K,... --layers L]
+(default shapes: Qwen3-8B's; Qwen3-14B's are 7168:5120,5120:5120,34816:5120,5120:17408 x 40 layers)
 """
 import argparse
 import json
@@ -29,18 +30,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=25.0)
+    ap.add_argument("--shapes", help="per-layer GEMMs as N:K pairs, comma-separated (default: Qwen3-8B's)")
+    ap.add_argument("--layers", type=int, default=LAYERS)
     a = ap.parse_args()
+    shapes = [tuple(int(v) for v in p.split(":")) for p in a.shapes.split(",")] if a.shapes else SHAPES
+    layers = a.layers
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
-    x = {k: torch.randn(TOKENS, k, device=dev, dtype=torch.bfloat16, generator=g) for _, k in SHAPES}
-    # Distinct weights per layer (36 x 4 matrices, 13.9 GB): a step streams them as a model does.
-    w = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 for n, k in SHAPES] for _ in range(LAYERS)]
-    flops = 2 * TOKENS * sum(n * k for n, k in SHAPES) * LAYERS
+    x = {k: torch.randn(TOKENS, k, device=dev, dtype=torch.bfloat16, generator=g) for _, k in shapes}
+    # Distinct weights per layer (Qwen3-8B: 36 x 4 matrices, 13.9 GB): a step streams them as a model does.
+    w = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 for n, k in shapes] for _ in range(layers)]
+    flops = 2 * TOKENS * sum(n * k for n, k in shapes) * layers
 
     def step():
         for layer in w:
-            for (n, k), wt in zip(SHAPES, layer):
+            for (n, k), wt in zip(shapes, layer):
                 torch.matmul(x[k], wt.t())
 
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
@@ -74,7 +79,7 @@ def main():
     timed("duty60", until=a.seconds, idle_frac=0.4)
     smi.terminate()
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "tokens": TOKENS, "layers": LAYERS, "shapes_nk": SHAPES, "tflop_per_step": flops / 1e12, "phases": phases}
+           "tokens": TOKENS, "layers": layers, "shapes_nk": shapes, "tflop_per_step": flops / 1e12, "phases": phases}
     with open(os.path.join(a.out, "sustained_gemm.json"), "w") as f:
         json.dump(out, f, indent=1)
     for p in phases:
