@@ -35,6 +35,11 @@ pub struct ImportArgs {
     /// the data set's format is not the data set).
     #[arg(long)]
     pub source_label: Option<String>,
+    /// Write this in the `kernel` column instead of the data set's kernel name: a re-written
+    /// kernel that times differently from the data set's on the same GPU is another library
+    /// category, not the same one.
+    #[arg(long)]
+    pub kernel_label: Option<String>,
 }
 
 pub fn run(args: ImportArgs) -> Result<()> {
@@ -48,7 +53,7 @@ pub fn run(args: ImportArgs) -> Result<()> {
         Source::Aiconfigurator => aiconfigurator::import_dir(dir),
         Source::Vidur => vidur::import_dir(dir),
     })?;
-    let imported = select(imported, &args.ops, args.source_label.as_deref())?;
+    let imported = select(imported, &args.ops, args.source_label.as_deref(), args.kernel_label.as_deref())?;
     print_summary(&imported);
     if let Some(out) = &args.out {
         ingest::write_rows_file(out, &imported.rows)?;
@@ -57,8 +62,8 @@ pub fn run(args: ImportArgs) -> Result<()> {
     Ok(())
 }
 
-/// Keeps the rows of `ops` (all when empty) and relabels their source.
-fn select(mut imported: Imported, ops: &[String], source_label: Option<&str>) -> Result<Imported> {
+/// Keeps the rows of `ops` (all when empty) and relabels their source and kernel name.
+fn select(mut imported: Imported, ops: &[String], source_label: Option<&str>, kernel_label: Option<&str>) -> Result<Imported> {
     if !ops.is_empty() {
         let wanted: Vec<Op> = ops.iter().map(|name| name.parse::<Op>().map_err(|e| e.context("--ops"))).collect::<Result<_>>()?;
         let before = imported.rows.len();
@@ -71,6 +76,12 @@ fn select(mut imported: Imported, ops: &[String], source_label: Option<&str>) ->
     if let Some(label) = source_label {
         for r in &mut imported.rows {
             r.source = Some(label.to_string());
+        }
+    }
+    if let Some(label) = kernel_label {
+        for r in &mut imported.rows {
+            r.extra.retain(|(name, _)| name != ingest::KERNEL_COLUMN);
+            r.extra.push((ingest::KERNEL_COLUMN.to_string(), label.to_string()));
         }
     }
     Ok(imported)
@@ -99,17 +110,26 @@ mod tests {
     #[test]
     fn select_keeps_the_named_ops_counts_the_rest_and_relabels_the_source() {
         let imported = Imported { rows: vec![row(Op::Rmsnorm), row(Op::Embedding), row(Op::Rope)], ..Default::default() };
-        let out = select(imported, &["rmsnorm".into(), "rope".into()], Some("kernelsight re-measurement")).unwrap();
+        let out = select(imported, &["rmsnorm".into(), "rope".into()], Some("kernelsight re-measurement"), None).unwrap();
         assert_eq!(out.rows.iter().map(|r| r.kernel.op).collect::<Vec<_>>(), vec![Op::Rmsnorm, Op::Rope]);
         assert_eq!(out.skipped.values().sum::<usize>(), 1);
         assert!(out.rows.iter().all(|r| r.source.as_deref() == Some("kernelsight re-measurement")));
         // The backend stays the data set's: the rows join its library categories.
         assert!(out.rows.iter().all(|r| r.backend.as_deref() == Some("vidur")));
+        assert!(out.rows.iter().all(|r| r.extra_value("kernel") == Some("k")));
+    }
+
+    #[test]
+    fn select_relabels_the_kernel_once() {
+        let imported = Imported { rows: vec![row(Op::Embedding)], ..Default::default() };
+        let out = select(imported, &[], None, Some("emb_replica")).unwrap();
+        assert_eq!(out.rows[0].extra.iter().filter(|(n, _)| n == "kernel").count(), 1);
+        assert_eq!(out.rows[0].extra_value("kernel"), Some("emb_replica"));
     }
 
     #[test]
     fn select_rejects_an_unknown_op_by_name() {
-        let err = select(Imported::default(), &["rms_norm".into()], None).unwrap_err();
+        let err = select(Imported::default(), &["rms_norm".into()], None, None).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains("--ops") && msg.contains("rms_norm"), "{msg}");
     }
