@@ -73,13 +73,11 @@ fn select(mut imported: Imported, ops: &[String], source_label: Option<&str>, ke
             imported.skipped.insert(format!("not in --ops {}", ops.join(",")), dropped);
         }
     }
-    if let Some(label) = source_label {
-        for r in &mut imported.rows {
+    for r in &mut imported.rows {
+        if let Some(label) = source_label {
             r.source = Some(label.to_string());
         }
-    }
-    if let Some(label) = kernel_label {
-        for r in &mut imported.rows {
+        if let Some(label) = kernel_label {
             r.extra.retain(|(name, _)| name != ingest::KERNEL_COLUMN);
             r.extra.push((ingest::KERNEL_COLUMN.to_string(), label.to_string()));
         }
