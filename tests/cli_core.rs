@@ -209,3 +209,27 @@ fn one_mla_module_is_priced_for_the_norm_dispatch_it_names() {
     assert!(n - f > 40.0 && n - f < 80.0, "native {n} us, fused {f} us");
     assert!((f / 106.3 - 1.0).abs() < 0.2, "fused {f} us vs 106.3 measured");
 }
+
+#[test]
+fn kernel_names_the_library_it_priced() {
+    // The H100 measured bf16 GEMMs with several libraries (public tables and our collector's
+    // cuBLAS); a prediction must say which one it used, and `--backend` must pick it.
+    let shape = ["kernel", "--gpu", "h100_sxm", "--op", "gemm", "--m", "8192", "--n", "7168", "--k", "5120", "--json"];
+    let named = json(&[&shape[..], &["--backend", "cublas"][..]].concat());
+    let library = named["library"].as_str().expect("library reported");
+    assert!(library.starts_with("cublas"), "--backend cublas priced with {library}");
+    let default = json(&shape);
+    let default_library = default["library"].as_str().expect("library reported");
+    // The default is the most measured library of the kernel's own precision: on the H100 the
+    // FP8 Cutlass GEMM rows tie the bf16 ones for most measured, and must not price a bf16 GEMM.
+    assert!(!default_library.is_empty() && !default_library.to_ascii_lowercase().contains("fp8"), "bf16 GEMM priced with {default_library}");
+    let fp8 = json(&[&shape[..], &["--dtype", "fp8"][..]].concat());
+    let fp8_library = fp8["library"].as_str().expect("library reported");
+    assert!(fp8_library.to_ascii_lowercase().contains("fp8"), "fp8 GEMM priced with {fp8_library}");
+    if default_library != library {
+        assert_ne!(default["predicted_us"].as_f64(), named["predicted_us"].as_f64());
+    }
+    // An op the roofline constants price names no library.
+    let roof = json(&["kernel", "--gpu", "h100_sxm", "--tier", "roofline", "--op", "gemm", "--m", "64", "--n", "64", "--k", "64", "--json"]);
+    assert!(roof["library"].is_null(), "roofline tier reported {}", roof["library"]);
+}

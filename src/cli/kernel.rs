@@ -180,6 +180,7 @@ pub fn run(args: KernelArgs) -> Result<()> {
         let mut out = json!({
             "gpu": gpu.id, "op": k.op, "dtype": k.dtype, "shape": k.shape_string(), "flops": s.flops, "bytes": s.bytes,
             "sol_us": s.sol_us, "bound": s.bound, "predicted_us": predicted_us, "tier": model.tier_used().as_str(),
+            "library": model.library_for(&k, args.backend.as_deref()),
         });
         if op == Op::Moe {
             out["moe_routing"] = args.routing().served_name().into();
@@ -194,6 +195,9 @@ pub fn run(args: KernelArgs) -> Result<()> {
         println!("  traffic      {:.3} us", s.memory_us);
         println!("  SOL          {:.3} us ({}-bound)", s.sol_us, s.bound.as_str());
         println!("  predicted    {:.3} us [{}]", predicted_us, KernelTimeModel::describe(&model));
+        let library = model.library_for(&k, args.backend.as_deref()).unwrap_or_else(|| "none (roofline constants)".into());
+        let how = if args.backend.is_some() { "--backend" } else { "default: the op's most measured; --backend to choose" };
+        println!("  library      {library} ({how})");
         if let Some(lib) = model.default_library(op).filter(|b| args.backend.is_none() && crate::calibrate::model::is_engine_only(op, b)) {
             println!("  note         {op} was measured only as one engine's implementation ({lib}): without --backend it is priced by the roofline");
         }

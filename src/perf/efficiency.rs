@@ -336,6 +336,31 @@ impl KernelModel {
 
     /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
     /// own backend) over the engine's ones.
+    /// The calibrated library that times `k` under `pref` (a library prefix the user named) or
+    /// the engine's / op's default, as `predict_routed_us_with` resolves it, with `(sibling's
+    /// target)` or `(cross-gen)` where it is borrowed; None where the roofline constants price it.
+    pub fn library_for(&self, k: &Kernel, pref: Option<&str>) -> Option<String> {
+        let m = self.op_model(k.op)?;
+        let one;
+        let prefs = match pref {
+            Some(p) => {
+                one = [p.to_string()];
+                Some(&one[..])
+            }
+            None => self.libraries.get(&k.op).map(Vec::as_slice),
+        };
+        let borrow = pref.is_some() || self.named.contains(&k.op);
+        match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
+            Some(r) => {
+                let from = r.borrowed.map(|b| b.sibling.as_ref().map(|s| format!(" ({}'s target)", s.id)).unwrap_or_else(|| " (cross-gen)".into()));
+                let precision = if r.exact { "" } else { " (16-bit rows, scaled to this precision's SOL)" };
+                Some(format!("{}{}{precision}", r.backend(), from.unwrap_or_default()))
+            }
+            None if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => None,
+            None => Some(default_category(m, k).unwrap_or(&m.default_backend).to_string()),
+        }
+    }
+
     pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
         self.predict_routed_us_with(k, pref, self.served_routing)
     }
@@ -370,9 +395,22 @@ impl KernelModel {
             // An engine naming none of its libraries for an op measured only as another
             // engine's implementation: the baseline, not that engine's kernels.
             _ if crate::calibrate::model::is_engine_only(k.op, &m.default_backend) => self.roofline.predict_routed_us(k, routing).max(sol_us()),
-            _ => m.predict_routed_us(k, &self.gpu, None, routing),
+            _ => m.predict_routed_us(k, &self.gpu, default_category(m, k), routing),
         }
     }
+}
+
+/// The library that prices `k` when nobody named one that was measured: None (the op's most
+/// measured library) unless that library was measured in another precision than `k`'s and one
+/// in `k`'s precision was, then the most measured of those. On the H100 the FP8 Cutlass GEMM
+/// rows tie the bf16 ones for most measured, and a bf16 GEMM priced as that kernel is 1.3x slow.
+/// MLA modules keep their own default path (`OpModel::predict_routed_us`).
+fn default_category<'a>(m: &'a crate::calibrate::model::OpModel, k: &Kernel) -> Option<&'a str> {
+    let want = precision_of(k.dtype);
+    if matches!(k.op, Op::MlaPrefill | Op::MlaDecode) || want == Precision::Int || category_precision(&m.default_backend) == want {
+        return None;
+    }
+    m.backends.iter().find(|c| category_precision(c) == want && !c.contains("power_law")).map(String::as_str)
 }
 
 /// `k` on `gpu` in `category`, timed by `sibling`'s model `m` (`GpuSpec::same_compute_die`):
