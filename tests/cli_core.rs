@@ -229,6 +229,10 @@ fn kernel_names_the_library_it_priced() {
     if default_library != library {
         assert_ne!(default["predicted_us"].as_f64(), named["predicted_us"].as_f64());
     }
+    // Nor does a library timed under skewed routing price served (uniform) traffic by default.
+    let moe = json(&["kernel", "--gpu", "h200_sxm", "--op", "moe", "--num-tokens", "64", "--hidden", "4096", "--inter", "1536", "--topk", "8", "--num-experts", "128", "--json"]);
+    let moe_library = moe["library"].as_str().expect("library reported");
+    assert!(!moe_library.contains("power_law"), "uniform MoE priced with {moe_library}");
     // An op the roofline constants price names no library.
     let roof = json(&["kernel", "--gpu", "h100_sxm", "--tier", "roofline", "--op", "gemm", "--m", "64", "--n", "64", "--k", "64", "--json"]);
     assert!(roof["library"].is_null(), "roofline tier reported {}", roof["library"]);

@@ -401,16 +401,18 @@ impl KernelModel {
 }
 
 /// The library that prices `k` when nobody named one that was measured: None (the op's most
-/// measured library) unless that library was measured in another precision than `k`'s and one
-/// in `k`'s precision was, then the most measured of those. On the H100 the FP8 Cutlass GEMM
-/// rows tie the bf16 ones for most measured, and a bf16 GEMM priced as that kernel is 1.3x slow.
-/// MLA modules keep their own default path (`OpModel::predict_routed_us`).
+/// measured library) unless that library was measured in another precision than `k`'s, or under
+/// skewed routing (`power_law` rows time the busiest shard, and served traffic is priced for the
+/// routing its SOL counts), and another was not; then the most measured such one. On the H100
+/// the FP8 Cutlass GEMM rows tie the bf16 ones for most measured, and a bf16 GEMM priced as that
+/// kernel was 1.14-1.3x slow. MLA modules keep their own default path (`OpModel::predict_routed_us`).
 fn default_category<'a>(m: &'a crate::calibrate::model::OpModel, k: &Kernel) -> Option<&'a str> {
     let want = precision_of(k.dtype);
-    if matches!(k.op, Op::MlaPrefill | Op::MlaDecode) || want == Precision::Int || category_precision(&m.default_backend) == want {
+    let fits = |c: &str| category_precision(c) == want && !c.contains("power_law");
+    if matches!(k.op, Op::MlaPrefill | Op::MlaDecode) || want == Precision::Int || fits(&m.default_backend) {
         return None;
     }
-    m.backends.iter().find(|c| category_precision(c) == want && !c.contains("power_law")).map(String::as_str)
+    m.backends.iter().find(|c| fits(c)).map(String::as_str)
 }
 
 /// `k` on `gpu` in `category`, timed by `sibling`'s model `m` (`GpuSpec::same_compute_die`):
