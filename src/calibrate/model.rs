@@ -157,6 +157,63 @@ impl TwoResourceBase {
     }
 }
 
+/// Share of spec DRAM bandwidth a streaming copy reaches on an HBM GPU: the collector's best
+/// >= 1 GiB copy ran 3.03 of 3.35 TB/s on the H100 and 4.27 of 4.8 on the H200 (0.90, 0.89).
+pub const HBM_STREAMING_SHARE: f64 = 0.9;
+
+/// A library whose rows beyond twice the L2 run below this share of the streaming rate is held
+/// by something other than DRAM (SM issue, latency) on the GPU that measured it: repeat_kv's
+/// strided copy runs at 0.48 of the H100's spec and takes the same time on the H200, the gather
+/// next to it at 0.87 and 1.31x faster there (`microbench/data/h100_sxm/README.md`).
+pub const ISSUE_BOUND_SHARE: f64 = 0.7;
+
+/// Fewest rows beyond twice the L2 to judge what holds a library.
+const MIN_STREAMING_ROWS: usize = 3;
+
+impl TwoResourceBase {
+    /// For a library measured only on HBM GPUs of one DRAM-per-SM-cycle balance, where `fit`
+    /// cannot split the two terms: Some only when its rows beyond twice the L2 run below
+    /// `ISSUE_BOUND_SHARE` of the streaming rate; then the issue term is fitted on its rows (as
+    /// `Base::fit`: latency on the floor grid, scale the median ratio, least mean per-GPU median
+    /// |log error|) and the DRAM term pinned at the streaming rate, so a GPU with more bandwidth
+    /// per SM cycle does not speed it up and one with less may hold it to its DRAM.
+    pub fn fit_issue_bound(points: &[(f64, &GpuSpec, f64)]) -> Option<TwoResourceBase> {
+        if points.iter().any(|(_, g, _)| g.memory.dram != crate::hardware::DramKind::Hbm) {
+            return None;
+        }
+        let mut shares: Vec<f64> = points
+            .iter()
+            .filter(|(b, g, t)| *b >= 2.0 * g.memory.l2_mb * 1e6 && *t > 0.0)
+            .map(|(b, g, t)| b / (t * 1e-6) / (HBM_STREAMING_SHARE * g.hbm_bytes_per_s()))
+            .collect();
+        if shares.len() < MIN_STREAMING_ROWS || upper_median(&mut shares)? >= ISSUE_BOUND_SHARE {
+            return None;
+        }
+        let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, (_, g, _)) in points.iter().enumerate() {
+            by_gpu.entry(g.id.as_str()).or_default().push(i);
+        }
+        let issue: Vec<f64> = points.iter().map(|(b, g, _)| 1e6 * b / sm_cycles_per_s(g)).collect();
+        let mut best: Option<(f64, TwoResourceBase)> = None;
+        for &l in &FLOORS_US {
+            let mut ratios: Vec<f64> = points.iter().zip(&issue).filter(|((_, _, t), i)| *t > l && **i > 0.0).map(|((_, _, t), i)| (t - l) / i).collect();
+            let Some(c) = upper_median(&mut ratios) else { continue };
+            let per_gpu: Vec<f64> = by_gpu
+                .values()
+                .filter_map(|ix| {
+                    let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * issue[i]) / points[i].2).ln().abs()).collect();
+                    upper_median(&mut e)
+                })
+                .collect();
+            let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
+            if best.map_or(true, |(e, _)| err < e) {
+                best = Some((err, TwoResourceBase { latency_us: l, inv_dram_efficiency: 1.0 / HBM_STREAMING_SHARE, sm_cycles_per_byte: c }));
+            }
+        }
+        best.map(|(_, b)| b)
+    }
+}
+
 /// How an op's time is predicted: the physical base times the learned correction, the base
 /// alone, the two-resource base (elementwise libraries measured on GPUs of different DRAM
 /// bytes per SM cycle; other rows the base alone), or the roofline form (SOL over the op's
@@ -198,6 +255,11 @@ pub struct OpModel {
     /// GPUs pin both coefficients (the `TwoResource` form).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub two_resource: BTreeMap<String, TwoResourceBase>,
+    /// Elementwise libraries measured on GPUs of one balance whose large rows stay well below
+    /// the streaming rate (`TwoResourceBase::fit_issue_bound`): their base in the `BaseOnly` and
+    /// `TwoResource` forms (cross-gen; cleared for the other forms).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub issue_bound: BTreeMap<String, TwoResourceBase>,
     /// One-hot vocabulary of backend categories.
     pub backends: Vec<String>,
     /// Backend assumed when the caller names none: the most measured one.
@@ -444,6 +506,16 @@ impl OpModel {
         self.backends.iter().chain(self.by_path.values().flat_map(|p| p.backends.iter()))
     }
 
+    /// Without issue-bound bases, its paths' included: they carry a library to other GPUs, and
+    /// the target tier has no use for them.
+    pub fn without_issue_bound(mut self) -> OpModel {
+        self.issue_bound.clear();
+        for sub in self.by_path.values_mut() {
+            sub.issue_bound.clear();
+        }
+        self
+    }
+
     /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. Rows of
     /// another measurement path (`model_path`) are fitted apart when rows of the main path are
     /// present too: the main rows make this model, the others `by_path[path]`.
@@ -524,11 +596,20 @@ impl OpModel {
                 library_rows.entry(m.backend.as_str()).or_default().push((s.bytes, spec(&m.gpu), m.latency_us));
             }
         }
-        let two_resource: BTreeMap<String, TwoResourceBase> = library_rows
-            .into_iter()
-            .filter(|(_, pts)| pts.len() >= MIN_LIBRARY_BASE_ROWS)
-            .filter_map(|(lib, pts)| TwoResourceBase::fit(&pts).map(|b| (lib.to_string(), b)))
-            .collect();
+        let mut two_resource: BTreeMap<String, TwoResourceBase> = BTreeMap::new();
+        let mut issue_bound: BTreeMap<String, TwoResourceBase> = BTreeMap::new();
+        for (lib, pts) in library_rows {
+            match TwoResourceBase::fit(&pts).filter(|_| pts.len() >= MIN_LIBRARY_BASE_ROWS) {
+                Some(b) => {
+                    two_resource.insert(lib.to_string(), b);
+                }
+                None => {
+                    if let Some(b) = TwoResourceBase::fit_issue_bound(&pts) {
+                        issue_bound.insert(lib.to_string(), b);
+                    }
+                }
+            }
+        }
         let base_of = |m: &Measurement, sol_us: f64| {
             base_keys(op, spec(&m.gpu), &m.kernel, &m.backend).iter().find_map(|k| bases.get(k)).map(|b| b.time_us(sol_us)).unwrap_or(sol_us)
         };
@@ -609,6 +690,7 @@ impl OpModel {
             inner_check: None,
             bases,
             two_resource,
+            issue_bound,
             backends,
             default_backend,
             features: names,
@@ -756,8 +838,7 @@ impl OpModel {
                     None => 0.0,
                 }
             }
-            Form::BaseOnly => 0.0,
-            Form::TwoResource => match self.two_resource.get(backend) {
+            Form::BaseOnly | Form::TwoResource => match self.two_resource.get(backend).filter(|_| form == Form::TwoResource).or_else(|| self.issue_bound.get(backend)) {
                 Some(b) => return b.time_us(s.bytes, gpu).max(s.sol_us),
                 None => 0.0,
             },
@@ -845,7 +926,7 @@ pub fn fit_set<'a>(
         .into_par_iter()
         .map(|(op, rows)| {
             let model = OpModel::fit(op, &rows, spec, params);
-            (op, if cross_gen { super::select::checked(model, &rows, spec, params) } else { model })
+            (op, if cross_gen { super::select::checked(model, &rows, spec, params) } else { model.without_issue_bound() })
         })
         .collect();
     let trained_on: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -1040,6 +1121,44 @@ mod tests {
     }
 
     #[test]
+    fn a_library_far_below_the_streaming_rate_on_one_gpu_keeps_its_time_where_only_bandwidth_grows() {
+        use crate::hardware::load_gpu;
+        // Copies measured on the H100 alone: a strided copy held by SM issue (0.5 of the spec
+        // bandwidth at every size beyond L2) and a gather near the streaming rate (0.87).
+        let (h100, h200, a40) = (load_gpu("h100_sxm").unwrap(), load_gpu("h200_sxm").unwrap(), load_gpu("a40").unwrap());
+        let sizes = [1u64 << 20, 1 << 24, 1 << 26, 1 << 27, 1 << 28, 1 << 29];
+        let rows_at = |backend: &str, share: f64| -> Vec<Measurement> {
+            sizes
+                .iter()
+                .map(|&bytes| {
+                    let k = Kernel { bytes, ..Kernel::new(Op::Copy, crate::schema::Dtype::Bf16) };
+                    let moved = crate::perf::sol::sol(&k, &h100).bytes;
+                    let latency_us = 3.0 + 1e6 * moved / (share * h100.hbm_bytes_per_s());
+                    Measurement { routing: Routing::Uniform, kernel: k, gpu: h100.id.clone(), backend: backend.into(), source: "s".into(), latency_us }
+                })
+                .collect()
+        };
+        let rows: Vec<Measurement> = [rows_at("torch_repeat_kv", 0.5), rows_at("torch_index_select", 0.87)].concat();
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let spec = |_: &str| &h100;
+        let m = OpModel::fit(Op::Copy, &refs, &spec, &FitParams::default());
+        assert!(m.issue_bound.contains_key("torch_repeat_kv") && !m.issue_bound.contains_key("torch_index_select"), "{:?}", m.issue_bound.keys());
+        let m = OpModel { form: Form::BaseOnly, ..m };
+        let big = Kernel { bytes: 1 << 29, ..Kernel::new(Op::Copy, crate::schema::Dtype::Bf16) };
+        let t = |g: &GpuSpec, backend: &str| m.predict_us(&big, g, Some(backend));
+        // The H200 has the H100's SMs and clock: the issue-bound copy takes the H100's time,
+        // the gather scales with the bandwidth (4.8 / 3.35).
+        assert!((t(&h200, "torch_repeat_kv") / t(&h100, "torch_repeat_kv") - 1.0).abs() < 0.02);
+        assert!(t(&h200, "torch_index_select") / t(&h100, "torch_index_select") < 0.75);
+        // A40's GDDR (0.7 TB/s) holds even the issue-bound copy to its DRAM at the streaming rate.
+        let dram_us = 1e6 * crate::perf::sol::sol(&big, &a40).bytes / (HBM_STREAMING_SHARE * a40.hbm_bytes_per_s());
+        assert!(t(&a40, "torch_repeat_kv") >= dram_us);
+        // A GDDR card's rows say nothing about HBM's streaming rate: no issue-bound base from them.
+        let slow: Vec<(f64, &GpuSpec, f64)> = sizes.iter().map(|&b| (b as f64, &a40, 1e6 * b as f64 / (0.3 * a40.hbm_bytes_per_s()))).collect();
+        assert!(TwoResourceBase::fit_issue_bound(&slow).is_none());
+    }
+
+    #[test]
     fn streaming_ops_get_a_base_per_library_within_a_dram_kind() {
         use crate::hardware::load_gpu;
         use crate::perf::sol::sol;
@@ -1058,6 +1177,10 @@ mod tests {
         let refs: Vec<&Measurement> = rows.iter().collect();
         let mut m = OpModel::fit(Op::Rmsnorm, &refs, &|_| &h100, &FitParams::default());
         m.form = Form::BaseOnly;
+        // At a third of the spec bandwidth "vidur/rmsnorm" also gets an issue-bound base (tested
+        // above), "triton" at 0.8 not; this checks the DRAM bases per library beneath it.
+        assert_eq!(m.issue_bound.keys().collect::<Vec<_>>(), ["vidur/rmsnorm"]);
+        m.issue_bound.clear();
         let k = Kernel { num_tokens: 4096, hidden: 4096, ..Kernel::new(Op::Rmsnorm, crate::schema::Dtype::Fp16) };
         let s = sol(&k, &a100).sol_us;
         for (backend, expected) in [("vidur/rmsnorm", 4.0 + 3.0 * s), ("triton", 1.5 + 1.25 * s)] {
