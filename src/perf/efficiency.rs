@@ -334,23 +334,29 @@ impl KernelModel {
         self.predict_us_with(k, None)
     }
 
-    /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
-    /// own backend) over the engine's ones.
+    /// How `k` resolves under `pref` (a library prefix named for this kernel) or else the
+    /// engine's libraries for its op. A library named for this kernel (a row's own backend,
+    /// `--backend`) or by the user for the op may come from the cross-gen model; an engine
+    /// profile's list may not.
+    fn resolve_kernel(&self, k: &Kernel, pref: Option<&str>) -> Option<Resolved<'_>> {
+        let one;
+        let prefs = match pref {
+            Some(p) => {
+                one = [p.to_string()];
+                &one[..]
+            }
+            None => self.libraries.get(&k.op)?.as_slice(),
+        };
+        let borrow = pref.is_some() || self.named.contains(&k.op);
+        self.resolve(k.op, prefs, k.dtype, borrow)
+    }
+
     /// The calibrated library that times `k` under `pref` (a library prefix the user named) or
     /// the engine's / op's default, as `predict_routed_us_with` resolves it, with `(sibling's
     /// target)` or `(cross-gen)` where it is borrowed; None where the roofline constants price it.
     pub fn library_for(&self, k: &Kernel, pref: Option<&str>) -> Option<String> {
         let m = self.op_model(k.op)?;
-        let one;
-        let prefs = match pref {
-            Some(p) => {
-                one = [p.to_string()];
-                Some(&one[..])
-            }
-            None => self.libraries.get(&k.op).map(Vec::as_slice),
-        };
-        let borrow = pref.is_some() || self.named.contains(&k.op);
-        match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
+        match self.resolve_kernel(k, pref) {
             Some(r) => {
                 let from = r.borrowed.map(|b| b.sibling.as_ref().map(|s| format!(" ({}'s target)", s.id)).unwrap_or_else(|| " (cross-gen)".into()));
                 let precision = if r.exact { "" } else { " (16-bit rows, scaled to this precision's SOL)" };
@@ -361,6 +367,8 @@ impl KernelModel {
         }
     }
 
+    /// As `predict_us`, preferring the category that starts with `pref` (e.g. a measured row's
+    /// own backend) over the engine's ones.
     pub fn predict_us_with(&self, k: &Kernel, pref: Option<&str>) -> f64 {
         self.predict_routed_us_with(k, pref, self.served_routing)
     }
@@ -372,18 +380,7 @@ impl KernelModel {
         let Some(m) = self.op_model(k.op) else {
             return self.roofline.predict_routed_us(k, routing).max(sol_us());
         };
-        let one;
-        let prefs = match pref {
-            Some(p) => {
-                one = [p.to_string()];
-                Some(&one[..])
-            }
-            None => self.libraries.get(&k.op).map(Vec::as_slice),
-        };
-        // A library named for this kernel (a row's own backend, `--backend`) or by the user for
-        // the op may come from the cross-gen model; an engine profile's list may not.
-        let borrow = pref.is_some() || self.named.contains(&k.op);
-        match prefs.and_then(|prefs| self.resolve(k.op, prefs, k.dtype, borrow)) {
+        match self.resolve_kernel(k, pref) {
             Some(r) if r.exact => self.predict_in(&r, k, routing),
             Some(r) => {
                 // Same kernel family in 16 bits: its fraction of SOL, at this kernel's SOL.
