@@ -75,6 +75,7 @@ pub fn plan(
     if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
         bail!("gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}");
     }
+    dep.check_split(model)?;
     if model.num_layers < dep.pp {
         bail!("pp ({}) exceeds the model's {} layers", dep.pp, model.num_layers);
     }

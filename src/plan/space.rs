@@ -116,8 +116,8 @@ impl SearchSpace {
         if dep.tp > gpu.interconnect.gpus_per_node as u64 {
             return prune(format!("tp {} spans more than one {}-GPU NVLink domain", dep.tp, gpu.interconnect.gpus_per_node));
         }
-        if !model.num_heads.is_multiple_of(dep.tp) {
-            return prune(format!("tp {} does not divide the model's {} attention heads", dep.tp, model.num_heads));
+        if let Err(e) = dep.check_split(model) {
+            return prune(e.to_string());
         }
         let per_replica = dep.gpus_per_replica();
         if per_replica > self.max_gpus {
@@ -236,7 +236,7 @@ mod tests {
         s.tp = vec![3];
         let e = s.enumerate(&ModelConfig::load("llama-3.1-8b").unwrap()).unwrap();
         assert!(e.candidates.is_empty());
-        assert!(e.pruned[0].reason.contains("does not divide the model's 32 attention heads"), "{:?}", e.pruned);
+        assert!(e.pruned[0].reason.contains("attention heads = 32 is not divisible by 3"), "{:?}", e.pruned);
     }
 
     #[test]
