@@ -61,7 +61,7 @@ fn host_fit_on_the_probes_carries_cache_groups_and_read_tokens() {
     let step_host_ms = |label: &str, run: &str| -> (f64, f64) {
         let m = probes.iter().find(|m| m.label == label).unwrap();
         let r = m.runs.iter().find(|r| r.key.ends_with(run)).unwrap();
-        let p = predictor_for(&m.config, r, Tier::Roofline, HostOverhead::zero()).unwrap();
+        let p = predictor_for(m, r, Tier::Roofline, HostOverhead::zero()).unwrap();
         let (mut measured, mut predicted): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
         for s in r.steps.iter().filter(|s| s.num_requests > 0 && s.num_decode == s.num_requests) {
             let batch = logged_step_batch(s);
@@ -415,6 +415,7 @@ fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() 
     for f in ["config.json", "model.json"] {
         std::fs::copy(src.join(f), dst.join(f)).unwrap();
     }
+    std::fs::copy(src.join("../env-2026-12-02T193025Z.json"), dir.path().join("env-2026-12-02T193025Z.json")).unwrap();
     for f in ["runs.jsonl", "requests.jsonl"] {
         let text = std::fs::read_to_string(src.join(f)).unwrap();
         let kept: Vec<&str> = text

@@ -41,6 +41,10 @@ pub const VLLM_CALIBRATION_MODELS: [&str; 2] = ["llama-3.1-8b", "qwen3-0.6b"];
 /// measure the engine's host cost; they fit the CUDA-graph host model and are reported apart.
 pub const HOST_PROBE_PREFIX: &str = "host-probe";
 
+/// The GPU every fitted term was fitted on. Runs on any other GPU fit nothing: they test the
+/// whole prediction (kernels, step model, host model) on a GPU and host it never saw.
+pub const CALIBRATION_GPU: &str = "h200_sxm";
+
 #[derive(Debug, Clone)]
 pub struct TraceRequest {
     pub arrival_s: f64,
@@ -125,13 +129,15 @@ pub struct TraceModel {
     pub label: String,
     /// The shipped model it was cut from, e.g. `qwen3-8b`.
     pub family: String,
+    /// Spec-sheet id of the GPU the folder's runs were measured on (`folder_gpu`).
+    pub gpu: String,
     pub config: ModelConfig,
     pub runs: Vec<TraceRun>,
 }
 
 impl TraceModel {
     pub fn is_calibration(&self) -> bool {
-        CALIBRATION_FAMILIES.contains(&self.family.as_str())
+        self.gpu == CALIBRATION_GPU && CALIBRATION_FAMILIES.contains(&self.family.as_str())
     }
 
     pub fn is_host_probe(&self) -> bool {
@@ -140,7 +146,7 @@ impl TraceModel {
 
     /// Whether this model's CUDA-graph runs fit the host model.
     pub fn fits_host(&self) -> bool {
-        self.is_calibration() || self.is_host_probe()
+        self.is_calibration() || (self.gpu == CALIBRATION_GPU && self.is_host_probe())
     }
 }
 
@@ -396,7 +402,11 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
         for r in &mut runs {
             r.turnaround_s = r.clients.and_then(|c| client_turnaround_s(&r.requests, c));
         }
-        models.push(TraceModel { label, family, config, runs });
+        models.push(TraceModel { label, family, gpu: String::new(), config, runs });
+    }
+    let gpu = folder_gpu(dir)?;
+    for m in &mut models {
+        m.gpu = gpu.clone();
     }
     let profile = dir.join("steps.jsonl");
     if profile.is_file() {
@@ -406,6 +416,48 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
         bail!("no trace folders (with runs.jsonl) under {}", dir.display());
     }
     Ok(models)
+}
+
+/// The GPU a trace folder was measured on, from its calls' `env-*.json` records (field `gpu`,
+/// else `nvidia_smi_before.name`), as a spec-sheet id. Every call of one folder must name the
+/// same GPU: a folder is replayed on one spec sheet.
+pub fn folder_gpu(dir: &Path) -> Result<String> {
+    let mut envs: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading trace folder {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("env") && n.ends_with(".json")))
+        .collect();
+    envs.sort();
+    let mut found: Option<(String, String)> = None;
+    for path in &envs {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+            .map_err(|e| anyhow!("{}: malformed JSON ({e})", path.display()))?;
+        let Some(name) = v.get("gpu").and_then(Value::as_str).or_else(|| v.pointer("/nvidia_smi_before/name").and_then(Value::as_str)) else {
+            continue;
+        };
+        let id = gpu_id_of_device_name(name).ok_or_else(|| {
+            anyhow!("{}: field 'gpu' = '{name}' is not a GPU with a spec sheet here; known device names: {}", path.display(), KNOWN_DEVICE_NAMES.join(", "))
+        })?;
+        match &found {
+            Some((other, at)) if other != id => bail!("{}: GPU {id} but {at} names {other}: one trace folder holds one GPU's runs", path.display()),
+            Some(_) => {}
+            None => found = Some((id.to_string(), path.display().to_string())),
+        }
+    }
+    found.map(|(id, _)| id).ok_or_else(|| anyhow!("{}: no env-*.json names the GPU (field 'gpu' or 'nvidia_smi_before.name')", dir.display()))
+}
+
+const KNOWN_DEVICE_NAMES: [&str; 3] = ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"];
+
+/// Spec-sheet id of a CUDA device name as nvidia-smi and torch report it.
+fn gpu_id_of_device_name(name: &str) -> Option<&'static str> {
+    match name.trim() {
+        "NVIDIA H200" => Some("h200_sxm"),
+        "NVIDIA H100 80GB HBM3" => Some("h100_sxm"),
+        "NVIDIA A100-SXM4-80GB" => Some("a100_sxm"),
+        _ => None,
+    }
 }
 
 /// One run's CUDA-event GPU time per `compute_batch` call (`steps.jsonl` of a profile: one line
@@ -509,10 +561,10 @@ fn engine_for(run: &TraceRun) -> Result<EngineParams> {
     Ok(engine)
 }
 
-pub fn predictor_for(model: &ModelConfig, run: &TraceRun, tier: Tier, host: HostOverhead) -> Result<Predictor> {
-    let gpu = load_gpu("h200_sxm")?;
+pub fn predictor_for(model: &TraceModel, run: &TraceRun, tier: Tier, host: HostOverhead) -> Result<Predictor> {
+    let gpu = load_gpu(&model.gpu)?;
     let dep = Deployment { tp: run.tp, ..Deployment::default() };
-    Predictor::for_engine(model, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine_for(run)?, host, run.kv_cap_tokens)
+    Predictor::for_engine(&model.config, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine_for(run)?, host, run.kv_cap_tokens)
 }
 
 /// A logged step as the simulator's batch: the step's requests sharing its query tokens and
@@ -547,7 +599,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     let mut rows: Vec<([f64; 4], f64)> = Vec::new();
     for m in models.iter().filter(|m| m.is_calibration()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_none()) {
-            let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
+            let p = predictor_for(m, run, tier, HostOverhead::zero())?;
             // Every step in run order, so that each attention shape counts as new once.
             for s in run.steps.iter().filter(|s| s.num_requests > 0) {
                 let batch = logged_step_batch(s);
@@ -651,7 +703,7 @@ pub fn ttft_decile_error(predicted: &[f64], measured: &[f64]) -> f64 {
 pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> Result<HostOverhead> {
     let runs: Vec<(&TraceModel, &TraceRun)> = models
         .iter()
-        .filter(|m| VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()))
+        .filter(|m| m.gpu == CALIBRATION_GPU && VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()))
         .flat_map(|m| m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Vllm).map(move |r| (m, r)))
         .collect();
     if runs.len() < 4 {
@@ -728,7 +780,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
     let mut fitted_on: Vec<&str> = Vec::new();
     for m in models.iter().filter(|m| m.fits_host()) {
         for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_some()) {
-            let p = predictor_for(&m.config, run, tier, HostOverhead::zero())?;
+            let p = predictor_for(m, run, tier, HostOverhead::zero())?;
             if !fitted_on.contains(&m.label.as_str()) {
                 fitted_on.push(&m.label);
             }
@@ -918,7 +970,7 @@ pub struct Replayed {
 
 /// Replays one run with its engine's profile and returns the predicted metrics.
 pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhead) -> Result<Replayed> {
-    let p = predictor_for(&model.config, run, tier, host.clone())?;
+    let p = predictor_for(model, run, tier, host.clone())?;
     let engine = engine_for(run)?;
     let kv_layout = crate::sim::kv::KvLayout::of(&model.config, engine.block_size);
     let cfg = SimConfig {
@@ -963,7 +1015,7 @@ pub fn replay(model: &TraceModel, run: &TraceRun, tier: Tier, host: &HostOverhea
 /// Calibration runs fit the host model; held-out families never fit anything; TP runs test the
 /// communication and TP step model on top. vLLM's runs: those of `VLLM_CALIBRATION_MODELS` fit
 /// the `vllm` engine's prefill-step launch terms, the others fit nothing.
-pub const SPLITS: [&str; 9] = [
+pub const SPLITS: [&str; 10] = [
     "calibration",
     "held-out",
     "held-out-tp",
@@ -973,10 +1025,13 @@ pub const SPLITS: [&str; 9] = [
     "held-out-tp-cudagraph",
     "vllm-calibration",
     "vllm-held-out",
+    "held-out-gpu",
 ];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
-    if run.engine == TraceEngine::Vllm {
+    if m.gpu != CALIBRATION_GPU {
+        "held-out-gpu"
+    } else if run.engine == TraceEngine::Vllm {
         if VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()) { "vllm-calibration" } else { "vllm-held-out" }
     } else if run.graphs.is_some() && run.tp > 1 {
         "held-out-tp-cudagraph"
@@ -1096,7 +1151,9 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
 
 impl TracesReport {
     pub fn render(&self) -> String {
-        let mut s = String::from("H200 traces (transformers continuous batching: engine profile `hf`; split `vllm`: vLLM 0.24 serving, profile `vllm`): APE % over runs\n");
+        let mut s = String::from(
+            "Traces (transformers continuous batching: engine profile `hf`; splits `vllm-*`: vLLM 0.24 serving, profile `vllm`; everything fitted on H200 runs, split `held-out-gpu`: runs on other GPUs and hosts): APE % over runs\n",
+        );
         for (tier, host) in &self.host_fits {
             s += &format!("  host model [{tier}]: {} ({})\n", host.summary(), host.source);
         }
@@ -1180,6 +1237,23 @@ mod tests {
     fn an_unknown_trace_engine_is_an_error_naming_the_field_and_the_allowed_values() {
         let err = parse_run(&run_record("sglang"), "runs.jsonl: line 7").unwrap_err().to_string();
         assert!(err.contains("runs.jsonl: line 7") && err.contains("engine_requested.engine") && err.contains("hf, vllm"), "{err}");
+    }
+
+    #[test]
+    fn a_folder_is_replayed_on_the_gpu_its_env_records_name() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(d.path().join(name), text).unwrap();
+        let err = folder_gpu(d.path()).unwrap_err().to_string();
+        assert!(err.contains("no env-*.json names the GPU"), "{err}");
+        write("env-a.json", r#"{"gpu": "NVIDIA H100 80GB HBM3"}"#);
+        write("env-b.json", r#"{"nvidia_smi_before": {"name": "NVIDIA H100 80GB HBM3"}}"#);
+        assert_eq!(folder_gpu(d.path()).unwrap(), "h100_sxm");
+        write("env-c.json", r#"{"gpu": "NVIDIA H200"}"#);
+        let err = folder_gpu(d.path()).unwrap_err().to_string();
+        assert!(err.contains("env-c.json") && err.contains("one trace folder holds one GPU's runs"), "{err}");
+        write("env-c.json", r#"{"gpu": "NVIDIA GeForce RTX 4090"}"#);
+        let err = folder_gpu(d.path()).unwrap_err().to_string();
+        assert!(err.contains("env-c.json") && err.contains("RTX 4090") && err.contains("NVIDIA H200"), "{err}");
     }
 
     #[test]
