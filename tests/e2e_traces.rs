@@ -474,3 +474,21 @@ fn a_transformers_burst_arrives_together() {
         assert!(r.sent.iter().all(|s| s.arrival_s == 0.0), "{}: {:?}", r.key, r.sent.iter().map(|s| s.arrival_s).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn runs_on_another_gpu_replay_on_its_spec_sheet_and_fit_nothing() {
+    let h100 = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces/h100_sxm_blind36")).unwrap();
+    let llama = h100.iter().find(|m| m.label == "llama-3.1-8b").expect("llama-3.1-8b ran on the H100");
+    assert_eq!(llama.gpu, "h100_sxm");
+    // A calibration family, but on a GPU (and host) the fit never saw: held out.
+    assert!(CALIBRATION_FAMILIES.contains(&llama.family.as_str()) && !llama.is_calibration() && !llama.fits_host());
+    let run = &llama.runs[0];
+    let on_h100 = predictor_for(llama, run, Tier::Roofline, HostOverhead::zero()).unwrap();
+    let h200 = load_dir(Path::new(DIR)).unwrap().into_iter().find(|m| m.label == "llama-3.1-8b").unwrap();
+    assert_eq!(h200.gpu, "h200_sxm");
+    let on_h200 = predictor_for(&h200, run, Tier::Roofline, HostOverhead::zero()).unwrap();
+    // A 64-sequence decode step reads the weights and KV from HBM: 3.35 vs 4.8 TB/s.
+    let batch: Vec<_> = (0..64).map(|_| kernelsight::perf::SeqWork { new_tokens: 1, cached_tokens: 2048 }).collect();
+    let ratio = on_h100.step_time(&batch).total_us / on_h200.step_time(&batch).total_us;
+    assert!(ratio > 1.2 && ratio < 1.5, "H100 / H200 decode step {ratio}");
+}
