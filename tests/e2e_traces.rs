@@ -1,7 +1,7 @@
 //! Replays the committed H200 traces; checks loading, the host fit and the report structure.
 use kernelsight::e2e::traces::{fit_host, fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, validate, CALIBRATION_FAMILIES};
 use kernelsight::perf::host::HostOverhead;
-use kernelsight::perf::Tier;
+use kernelsight::perf::{StepTimeModel, Tier};
 use std::path::Path;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces/h200_sxm");
