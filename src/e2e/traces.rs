@@ -136,8 +136,13 @@ pub struct TraceModel {
 }
 
 impl TraceModel {
+    /// Whether the runs were measured on the GPU (and machines) every term is fitted on.
+    pub fn on_calibration_gpu(&self) -> bool {
+        self.gpu == CALIBRATION_GPU
+    }
+
     pub fn is_calibration(&self) -> bool {
-        self.gpu == CALIBRATION_GPU && CALIBRATION_FAMILIES.contains(&self.family.as_str())
+        self.on_calibration_gpu() && CALIBRATION_FAMILIES.contains(&self.family.as_str())
     }
 
     pub fn is_host_probe(&self) -> bool {
@@ -146,7 +151,7 @@ impl TraceModel {
 
     /// Whether this model's CUDA-graph runs fit the host model.
     pub fn fits_host(&self) -> bool {
-        self.is_calibration() || (self.gpu == CALIBRATION_GPU && self.is_host_probe())
+        self.is_calibration() || (self.on_calibration_gpu() && self.is_host_probe())
     }
 }
 
@@ -437,7 +442,7 @@ pub fn folder_gpu(dir: &Path) -> Result<String> {
             continue;
         };
         let id = gpu_id_of_device_name(name).ok_or_else(|| {
-            anyhow!("{}: field 'gpu' = '{name}' is not a GPU with a spec sheet here; known device names: {}", path.display(), KNOWN_DEVICE_NAMES.join(", "))
+            anyhow!("{}: field 'gpu' = '{name}' is not a GPU with a spec sheet here; known device names: {}", path.display(), DEVICE_NAMES.map(|(n, _)| n).join(", "))
         })?;
         match &found {
             Some((other, at)) if other != id => bail!("{}: GPU {id} but {at} names {other}: one trace folder holds one GPU's runs", path.display()),
@@ -448,16 +453,11 @@ pub fn folder_gpu(dir: &Path) -> Result<String> {
     found.map(|(id, _)| id).ok_or_else(|| anyhow!("{}: no env-*.json names the GPU (field 'gpu' or 'nvidia_smi_before.name')", dir.display()))
 }
 
-const KNOWN_DEVICE_NAMES: [&str; 3] = ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"];
+/// CUDA device names (as nvidia-smi and torch report them) and their spec-sheet ids.
+const DEVICE_NAMES: [(&str, &str); 3] = [("NVIDIA H200", "h200_sxm"), ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA A100-SXM4-80GB", "a100_sxm")];
 
-/// Spec-sheet id of a CUDA device name as nvidia-smi and torch report it.
 fn gpu_id_of_device_name(name: &str) -> Option<&'static str> {
-    match name.trim() {
-        "NVIDIA H200" => Some("h200_sxm"),
-        "NVIDIA H100 80GB HBM3" => Some("h100_sxm"),
-        "NVIDIA A100-SXM4-80GB" => Some("a100_sxm"),
-        _ => None,
-    }
+    DEVICE_NAMES.iter().find(|(n, _)| *n == name.trim()).map(|(_, id)| *id)
 }
 
 /// One run's CUDA-event GPU time per `compute_batch` call (`steps.jsonl` of a profile: one line
@@ -703,7 +703,7 @@ pub fn ttft_decile_error(predicted: &[f64], measured: &[f64]) -> f64 {
 pub fn fit_host_vllm(models: &[TraceModel], tier: Tier, base: &HostOverhead) -> Result<HostOverhead> {
     let runs: Vec<(&TraceModel, &TraceRun)> = models
         .iter()
-        .filter(|m| m.gpu == CALIBRATION_GPU && VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()))
+        .filter(|m| m.on_calibration_gpu() && VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()))
         .flat_map(|m| m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Vllm).map(move |r| (m, r)))
         .collect();
     if runs.len() < 4 {
@@ -1029,7 +1029,7 @@ pub const SPLITS: [&str; 10] = [
 ];
 
 fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
-    if m.gpu != CALIBRATION_GPU {
+    if !m.on_calibration_gpu() {
         "held-out-gpu"
     } else if run.engine == TraceEngine::Vllm {
         if VLLM_CALIBRATION_MODELS.contains(&m.label.as_str()) { "vllm-calibration" } else { "vllm-held-out" }
