@@ -193,6 +193,24 @@ fn bad_input_gets_clear_errors() {
     assert!(e.contains("line 3"), "{e}");
 }
 
+#[test]
+fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
+    // More KV blocks pinned than memory holds after weights and activations.
+    let e = sim_err(&["--model", "llama-3.1-8b", "--gpu", "h100_sxm", "--num-gpu-blocks", "40000", "--num-requests", "5"]);
+    assert!(e.contains("--num-gpu-blocks 40000") && e.contains("holds at most") && e.contains("GiB weights"), "{e}");
+    // gpt-oss-20b under transformers with CUDA graphs: its eager sink attention materialises
+    // heads x 8,192 x 16,384 scores several times (112 GiB peak measured on the H200, OOM on
+    // an 80 GB H100: calibration/traces/h100_sxm_blind36).
+    let gptoss = ["--model", "gpt-oss-20b", "--engine", "hf-cudagraph", "--num-gpu-blocks", "768", "--num-requests", "5", "--isl", "64", "--osl", "4"];
+    let e = sim_err(&[&gptoss[..], &["--gpu", "h100_sxm"]].concat());
+    assert!(e.contains("does not fit on h100_sxm") && e.contains("attention scores"), "{e}");
+    let r = sim(&[&gptoss[..], &["--gpu", "h200_sxm"]].concat());
+    assert_eq!(r.summary.completed, 5);
+    // The same model under vLLM (paged kernels, no materialised scores) fits the H100.
+    let r = sim(&["--model", "gpt-oss-20b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"]);
+    assert_eq!(r.summary.completed, 5);
+}
+
 /// Step time of one fresh `tokens`-token prefill in the scenario `args` sets up.
 fn prefill_step(args: &[&str], tokens: u32) -> kernelsight::perf::StepCost {
     sim(args).scenario.predictor.step_time(&[SeqWork { new_tokens: tokens, cached_tokens: 0 }])

@@ -153,10 +153,22 @@ impl SimulateArgs {
         let named = NamedBackends::parse(&self.kernel_backends)?;
         named.apply(&mut engine);
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
-        let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64)?;
+        let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.attention_scratch())?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
         let derived_blocks = kv_layout.pool_pages(plan.kv_capacity_tokens, engine.block_size);
         let num_gpu_blocks = match self.num_gpu_blocks {
+            // More blocks than the memory left after weights and activations would OOM the engine.
+            Some(v) if v as u64 > derived_blocks as u64 => {
+                let v = positive("num-gpu-blocks", v)?;
+                let gib = |b: f64| b / (1u64 << 30) as f64;
+                // A block holds block_size tokens of one KV group's layers.
+                let per_block = plan.kv_bytes_per_token_per_gpu * engine.block_size as f64 / kv_layout.groups() as f64;
+                bail!(
+                    "--num-gpu-blocks {v}: {} on {} holds at most {derived_blocks} blocks of {} tokens ({:.1} GiB KV budget per GPU = {:.1} GiB usable - {:.1} GiB weights - {:.1} GiB activations); {v} blocks need about {:.1} GiB",
+                    model.name, gpu.id, engine.block_size, gib(plan.kv_budget_bytes_per_gpu), gib(plan.capacity_bytes_per_gpu),
+                    gib(plan.weight_bytes_per_gpu), gib(plan.activation_bytes_per_gpu), gib(v as f64 * per_block)
+                );
+            }
             Some(v) => positive("num-gpu-blocks", v)?,
             None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),
             None => derived_blocks,
@@ -213,7 +225,7 @@ impl SimulateArgs {
                     format!("{} blocks", report::terminal::group(num_gpu_blocks as u64))
                 } else {
                     format!(
-                        "{} pages over {} full and {} sliding-window KV groups (at most {} blocks per request each)",
+                        "{} pages over {} full and {} sliding-window KV groups (a sliding group holds at most {} blocks per request)",
                         report::terminal::group(num_gpu_blocks as u64),
                         kv_layout.full_groups,
                         kv_layout.sliding_groups,

@@ -38,7 +38,11 @@ pub fn run(args: StepArgs) -> Result<()> {
     let (model, gpu, dep) = args.deploy.load()?;
     let seqs = parse_batch_spec(&args.batch)?;
     let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-    let plan = memory::plan(&model, &gpu, &dep, 0.9, tokens.max(2048))?;
+    let mut engine = crate::sim::engine::EngineParams::load(&args.engine)?;
+    let named = NamedBackends::parse(&args.kernel_backends)?;
+    named.apply(&mut engine);
+    engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
+    let plan = memory::plan(&model, &gpu, &dep, 0.9, tokens.max(2048), engine.attention_scratch())?;
     let kv_tokens: u64 = seqs.iter().map(|s| (s.new_tokens + s.cached_tokens) as u64).sum();
     if kv_tokens > plan.kv_capacity_tokens {
         bail!(
@@ -47,10 +51,6 @@ pub fn run(args: StepArgs) -> Result<()> {
             plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu
         );
     }
-    let mut engine = crate::sim::engine::EngineParams::load(&args.engine)?;
-    let named = NamedBackends::parse(&args.kernel_backends)?;
-    named.apply(&mut engine);
-    engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
     let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_served_routing(args.moe_routing);
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.at_speed(&args.host_speed.speed()?)?;
     let pred = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, plan.kv_capacity_tokens)?;

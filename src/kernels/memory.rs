@@ -2,6 +2,7 @@
 
 use crate::deployment::Deployment;
 use crate::hardware::GpuSpec;
+use crate::kernels::graph::AttentionImpl;
 use crate::model::{AttnKind, ModelConfig};
 use crate::schema::Dtype;
 use anyhow::{bail, Result};
@@ -64,12 +65,62 @@ pub fn activation_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_token
     max_tokens as f64 * per_token * 2.0 + logits + RUNTIME_RESERVE_BYTES
 }
 
+/// Attention buffers a step materialises on top of `activation_bytes_per_gpu`, by how the
+/// engine runs attention.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum AttentionScratch {
+    /// Paged/varlen kernels that never materialise scores (vLLM, SGLang, TRT-LLM).
+    #[default]
+    None,
+    /// transformers' packed attention (`AttentionImpl::PackedSdpa`): a dense bf16 mask of
+    /// queries x keys per attention type; a model with sinks runs the eager math path, which
+    /// materialises bf16 scores of heads x queries x keys several times over. `kv_pad_tokens`:
+    /// CUDA graphs pad the keys read to a multiple of it.
+    Packed { kv_pad_tokens: Option<u64> },
+}
+
+/// Score-sized tensors alive at the peak of gpt-oss's eager sink attention (scores, masked
+/// scores, sink concat, max-shifted logits, softmax): peaks measured on the H200 above weights
+/// and KV pool (`calibration/traces/*/gpt-oss-*/model.json`, a step of 8,192 fresh tokens):
+/// with CUDA graphs 68.9 GiB for gpt-oss-20b and 65.4 for gpt-oss-120b-L4 at 16 GiB per tensor
+/// (keys padded to 16,384), ~4 of them, the graph pool keeping freed buffers; eager 27.3 GiB at
+/// 8 GiB per tensor, ~3.
+const SINK_SCORE_TENSORS_GRAPHS: f64 = 4.0;
+const SINK_SCORE_TENSORS_EAGER: f64 = 3.0;
+
+impl AttentionScratch {
+    pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> AttentionScratch {
+        match attention {
+            AttentionImpl::PerSequence => AttentionScratch::None,
+            AttentionImpl::PackedSdpa => AttentionScratch::Packed { kv_pad_tokens },
+        }
+    }
+
+    /// Peak bytes per GPU for a step of `max_tokens` fresh query tokens (each attending the
+    /// step's own keys, padded as the engine pads them). Longer cached contexts in one step
+    /// read more keys; this is the budget-filling prefill step, the one every engine meets.
+    pub fn bytes_per_gpu(&self, model: &ModelConfig, dep: &Deployment, max_tokens: u64) -> f64 {
+        let AttentionScratch::Packed { kv_pad_tokens } = *self else { return 0.0 };
+        let keys = kv_pad_tokens.map_or(max_tokens, |pad| max_tokens.div_ceil(pad.max(1)) * pad.max(1)) as f64;
+        let masks = if model.layers.iter().any(|l| matches!(l.attn, AttnKind::Sliding { .. })) { 2.0 } else { 1.0 };
+        let act = Dtype::Bf16.bytes();
+        let mut bytes = masks * max_tokens as f64 * keys * act;
+        if model.attention_sinks {
+            let heads = model.num_heads.div_ceil(dep.tp) as f64;
+            let tensors = if kv_pad_tokens.is_some() { SINK_SCORE_TENSORS_GRAPHS } else { SINK_SCORE_TENSORS_EAGER };
+            bytes += tensors * heads * max_tokens as f64 * keys * act;
+        }
+        bytes
+    }
+}
+
 pub fn plan(
     model: &ModelConfig,
     gpu: &GpuSpec,
     dep: &Deployment,
     gpu_memory_utilization: f64,
     max_num_batched_tokens: u64,
+    attention: AttentionScratch,
 ) -> Result<MemoryPlan> {
     dep.validate()?;
     if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
@@ -81,16 +132,20 @@ pub fn plan(
     }
     let capacity = gpu.hbm_bytes() * gpu_memory_utilization;
     let weights = weight_bytes_per_gpu(model, dep);
-    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens);
+    let scratch = attention.bytes_per_gpu(model, dep, max_num_batched_tokens);
+    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens) + scratch;
     let kv_per_token = kv_bytes_per_token_per_gpu(model, dep);
     let state = model.linear_state_bytes_per_seq() / (dep.tp * dep.pp) as f64;
     let budget = capacity - weights - activation;
     let gib = |b: f64| b / (1u64 << 30) as f64;
     if budget <= 0.0 {
         bail!(
-            "{} does not fit on {} x{} (tp={}, pp={}, {} weights): per GPU weights {:.1} GiB + activations {:.1} GiB = {:.1} GiB exceeds usable memory {:.1} GiB ({:.0} GB x {:.2} utilization); use more GPUs (tp/pp) or a smaller weight dtype",
+            "{} does not fit on {} x{} (tp={}, pp={}, {} weights): per GPU weights {:.1} GiB + activations {:.1} GiB{} = {:.1} GiB exceeds usable memory {:.1} GiB ({:.0} GB x {:.2} utilization); use more GPUs (tp/pp){}",
             model.name, gpu.id, dep.gpus_per_replica(), dep.tp, dep.pp, dep.weight_dtype,
-            gib(weights), gib(activation), gib(weights + activation), gib(capacity), gpu.memory.hbm_gb, gpu_memory_utilization
+            gib(weights), gib(activation),
+            if scratch > 0.0 { format!(" (of which {:.1} GiB attention scores and masks of a {max_num_batched_tokens}-token step)", gib(scratch)) } else { String::new() },
+            gib(weights + activation), gib(capacity), gpu.memory.hbm_gb, gpu_memory_utilization,
+            if scratch > 0.0 { ", a smaller token budget per step (max_num_batched_tokens) or a smaller weight dtype" } else { " or a smaller weight dtype" }
         );
     }
     let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / kv_per_token) as u64 } else { u64::MAX / 4 };
@@ -117,13 +172,35 @@ mod tests {
     fn llama_8b_weights_and_kv_on_one_h200() {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
-        let p = plan(&m, &g, &Deployment::default(), 0.9, 8192).unwrap();
+        let p = plan(&m, &g, &Deployment::default(), 0.9, 8192, AttentionScratch::None).unwrap();
         // 8.03e9 params x 2 bytes.
         assert!((p.weight_bytes_per_gpu / 16.06e9 - 1.0).abs() < 0.01, "{}", p.weight_bytes_per_gpu);
         assert_eq!(p.kv_bytes_per_token_per_gpu, 131072.0);
         // (141 GiB x 0.9 = 136.3e9 B) - 16.06e9 B weights - ~2.3e9 B activations/runtime, over
         // 131072 B per token: ~0.90 M tokens (vLLM reports ~0.9 M for this setup).
         assert!(p.kv_capacity_tokens > 860_000 && p.kv_capacity_tokens < 940_000, "{}", p.kv_capacity_tokens);
+    }
+
+    #[test]
+    fn packed_attention_counts_its_mask_and_with_sinks_its_scores() {
+        let dep = Deployment::default();
+        let llama = ModelConfig::load("llama-3.1-8b").unwrap();
+        let gptoss = ModelConfig::load("gpt-oss-20b").unwrap();
+        assert_eq!(AttentionScratch::None.bytes_per_gpu(&gptoss, &dep, 8192), 0.0);
+        // One full-attention mask of 8,192 x 8,192 bf16 without graphs.
+        assert_eq!(AttentionScratch::Packed { kv_pad_tokens: None }.bytes_per_gpu(&llama, &dep, 8192), 8192.0 * 8192.0 * 2.0);
+        // gpt-oss: sliding and full masks, and 4 score tensors of 64 heads, keys padded to 16,384.
+        let graphs = AttentionScratch::Packed { kv_pad_tokens: Some(16384) };
+        let want = (2.0 + 4.0 * 64.0) * 8192.0 * 16384.0 * 2.0;
+        assert_eq!(graphs.bytes_per_gpu(&gptoss, &dep, 8192), want);
+        // Heads split over tensor parallelism; the masks do not.
+        let tp2 = Deployment { tp: 2, ..Deployment::default() };
+        assert_eq!(graphs.bytes_per_gpu(&gptoss, &tp2, 8192), (2.0 + 4.0 * 32.0) * 8192.0 * 16384.0 * 2.0);
+        // Part of the plan: an 80 GB H100 cannot hold it, the H200 can.
+        let e = plan(&gptoss, &load_gpu("h100_sxm").unwrap(), &dep, 0.9, 8192, graphs).unwrap_err().to_string();
+        assert!(e.contains("attention scores") && e.contains("max_num_batched_tokens"), "{e}");
+        let p = plan(&gptoss, &load_gpu("h200_sxm").unwrap(), &dep, 0.9, 8192, graphs).unwrap();
+        assert!(p.activation_bytes_per_gpu > want);
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct SearchSpace {
     /// Also consider disaggregated prefill/decode pools (every split of 2+ replicas).
     pub disaggregated: bool,
     pub gpu_memory_utilization: f64,
+    /// The engine's attention buffers, part of every layout's activation peak.
+    pub attention: memory::AttentionScratch,
     /// KV tokens one replica must hold: the longest request of the workload (prompt + output).
     pub min_kv_tokens: u64,
 }
@@ -126,7 +128,7 @@ impl SearchSpace {
         for &max_num_seqs in &self.max_num_seqs {
             for &mbt in &self.max_num_batched_tokens {
                 let limits = EngineLimits { max_num_seqs, max_num_batched_tokens: mbt };
-                let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64) {
+                let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64, self.attention) {
                     Ok(p) => p,
                     Err(e) => {
                         out.pruned.push(Pruned { layout: format!("{layout} mbt{mbt}"), reason: e.to_string() });
@@ -190,6 +192,7 @@ mod tests {
             max_gpus,
             disaggregated: false,
             gpu_memory_utilization: 0.9,
+            attention: memory::AttentionScratch::None,
             min_kv_tokens: 4096,
         }
     }

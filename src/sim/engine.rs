@@ -231,6 +231,11 @@ impl EngineParams {
         Ok(p)
     }
 
+    /// The attention buffers this engine's steps materialise (`kernels::memory`).
+    pub fn attention_scratch(&self) -> crate::kernels::memory::AttentionScratch {
+        crate::kernels::memory::AttentionScratch::of(self.attention_impl, self.cuda_graphs.map(|g| g.kv_tokens as u64))
+    }
+
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [("max_num_batched_tokens", self.max_num_batched_tokens), ("max_num_seqs", self.max_num_seqs), ("block_size", self.block_size)] {
             if v == 0 {
