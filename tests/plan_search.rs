@@ -65,6 +65,7 @@ fn space() -> SearchSpace {
         max_gpus: 8,
         disaggregated: false,
         gpu_memory_utilization: 0.9,
+        attention: kernelsight::kernels::memory::AttentionScratch::None,
         min_kv_tokens: 200,
     }
 }
