@@ -492,3 +492,30 @@ fn runs_on_another_gpu_replay_on_its_spec_sheet_and_fit_nothing() {
     let ratio = on_h100.step_time(&batch).total_us / on_h200.step_time(&batch).total_us;
     assert!(ratio > 1.2 && ratio < 1.5, "H100 / H200 decode step {ratio}");
 }
+
+#[test]
+fn kv_capacity_is_predicted_from_memory_as_vllm_allocated_it() {
+    use kernelsight::e2e::kv_capacity;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/traces");
+    let dirs = ["h200_sxm_vllm19", "h200_sxm_vllm32", "h200_sxm_vllm_load27", "h200_sxm"].map(|d| format!("{root}/{d}"));
+    let rows = kv_capacity::validate(&dirs).unwrap();
+    // Six models of vllm19 and three of vllm32; vllm_load27 repeats two of them (counted once)
+    // and transformers' folders log no vLLM block count.
+    assert_eq!(rows.len(), 9, "{rows:?}");
+    for r in &rows {
+        assert!(r.ape_pct < 5.0, "{}: {} blocks predicted, vLLM allocated {}", r.run, r.predicted_blocks, r.measured_blocks);
+    }
+    // A count that cannot be right is an error naming the file and field.
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("qwen3-0.6b");
+    std::fs::create_dir(&m).unwrap();
+    std::fs::copy(format!("{root}/h200_sxm_vllm19/qwen3-0.6b/config.json"), m.join("config.json")).unwrap();
+    std::fs::copy(format!("{root}/h200_sxm_vllm19/env-2026-12-02T193025Z.json"), tmp.path().join("env.json")).unwrap();
+    let model = |blocks: &str| format!(r#"{{"engine": "vllm", "num_gpu_blocks": {blocks}, "engine_kwargs": {{"block_size": 16, "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9}}}}"#);
+    std::fs::write(m.join("model.json"), model("0")).unwrap();
+    let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
+    assert!(e.contains("model.json") && e.contains("num_gpu_blocks"), "{e}");
+    std::fs::write(m.join("model.json"), model("72296").replace(r#""block_size": 16, "#, "")).unwrap();
+    let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
+    assert!(e.contains("engine_kwargs.block_size"), "{e}");
+}

@@ -2,6 +2,7 @@
 //! the predicted TTFT, TPOT, ITL and throughput are from the measurements.
 
 pub mod cli;
+pub mod kv_capacity;
 pub mod load_sweep;
 pub mod silicon;
 pub mod stats;

@@ -1,0 +1,93 @@
+//! KV-cache capacity: the blocks vLLM allocated in the recorded runs (its memory profiling,
+//! logged as `num_gpu_blocks` in each model's `model.json`) against `kernels::memory::plan` for
+//! the same model, GPU and engine settings. Nothing here is fitted on these counts.
+
+use crate::deployment::Deployment;
+use crate::hardware::load_gpu;
+use crate::kernels::memory;
+use crate::model::ModelConfig;
+use crate::sim::kv::KvLayout;
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KvCapacityRow {
+    /// `folder/model`, e.g. `h200_sxm_vllm19/qwen3-8b`.
+    pub run: String,
+    pub gpu: String,
+    pub gpu_memory_utilization: f64,
+    pub measured_blocks: u64,
+    pub predicted_blocks: u64,
+    pub ape_pct: f64,
+}
+
+/// One row per vLLM model folder under `dirs` whose `model.json` logs `num_gpu_blocks`; folders
+/// repeating the same model, GPU, settings and count (reruns on other machines) count once.
+pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
+    let mut rows: Vec<KvCapacityRow> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let dir = dir.as_ref();
+        let mut folders: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?.flatten().map(|e| e.path()).collect();
+        folders.sort();
+        for folder in folders.into_iter().filter(|f| f.join("model.json").is_file()) {
+            let path = folder.join("model.json");
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let v: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            if v.get("engine").and_then(Value::as_str) != Some("vllm") {
+                continue;
+            }
+            let Some(measured) = v.get("num_gpu_blocks").and_then(Value::as_u64) else { continue };
+            let kwargs = v.get("engine_kwargs").with_context(|| format!("{}: field 'engine_kwargs' missing", path.display()))?;
+            let num = |field: &str| -> Result<u64> {
+                kwargs.get(field).and_then(Value::as_u64).with_context(|| format!("{}: field 'engine_kwargs.{field}' must be a positive integer", path.display()))
+            };
+            let util = kwargs.get("gpu_memory_utilization").and_then(Value::as_f64).unwrap_or(0.9);
+            let (block_size, max_batched, tp) = (num("block_size")?, num("max_num_batched_tokens")?, num("tensor_parallel_size").unwrap_or(1));
+            let gpu_id = super::traces::folder_gpu(dir)?;
+            let label = folder.file_name().unwrap_or_default().to_string_lossy().to_string();
+            if !seen.insert((label.clone(), gpu_id.clone(), measured, block_size, max_batched, tp, util.to_bits())) {
+                continue;
+            }
+            let cfg_path = folder.join("config.json");
+            let cfg = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
+            let model = ModelConfig::from_hf_json(&cfg, &label, &cfg_path.display().to_string())?;
+            let gpu = load_gpu(&gpu_id)?;
+            let dep = Deployment { tp, ..Deployment::default() };
+            let plan = memory::plan(&model, &gpu, &dep, util, max_batched, memory::AttentionScratch::None)
+                .with_context(|| format!("{}: memory plan", path.display()))?;
+            let predicted = KvLayout::of(&model, block_size as u32).pool_pages(plan.kv_capacity_tokens, block_size as u32) as u64;
+            if measured == 0 {
+                bail!("{}: field 'num_gpu_blocks' must be positive", path.display());
+            }
+            rows.push(KvCapacityRow {
+                run: format!("{}/{label}", dir.file_name().unwrap_or_default().to_string_lossy()),
+                gpu: gpu_id,
+                gpu_memory_utilization: util,
+                measured_blocks: measured,
+                predicted_blocks: predicted,
+                ape_pct: 100.0 * (predicted as f64 - measured as f64).abs() / measured as f64,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+pub fn render(rows: &[KvCapacityRow]) -> String {
+    let apes: Vec<f64> = rows.iter().map(|r| r.ape_pct).collect();
+    let e = super::stats::ErrorStats::of(&apes);
+    let mut s = format!(
+        "KV-cache capacity: blocks vLLM allocated (its logged num_gpu_blocks) vs the memory plan, {} models: APE % median {:.2}, p90 {:.2}, max {:.2}\n",
+        rows.len(),
+        e.median_ape,
+        e.p90_ape,
+        e.max_ape
+    );
+    s += &format!("  {:<40} {:<9} {:>5} {:>10} {:>10} {:>7}\n", "run", "gpu", "util", "measured", "predicted", "APE %");
+    for r in rows {
+        s += &format!("  {:<40} {:<9} {:>5.2} {:>10} {:>10} {:>7.2}\n", r.run, r.gpu, r.gpu_memory_utilization, r.measured_blocks, r.predicted_blocks, r.ape_pct);
+    }
+    s
+}
