@@ -133,28 +133,41 @@ impl TwoResourceBase {
             .chain((0..=32).map(|s| (1.0, k * 2f64.powf((s as f64 - 16.0) / 4.0))))
             .chain(std::iter::once((0.0, k)))
             .collect();
-        let mut best: Option<(f64, TwoResourceBase)> = None;
-        for &l in &FLOORS_US {
-            for &(wd, wi) in &weights {
-                let mix = |(d, i): (f64, f64)| (wd * d).max(wi * i);
-                let mut ratios: Vec<f64> =
-                    points.iter().zip(&terms).filter(|((_, _, t), tm)| *t > l && mix(**tm) > 0.0).map(|((_, _, t), tm)| (t - l) / mix(*tm)).collect();
-                let Some(c) = upper_median(&mut ratios) else { continue };
-                let per_gpu: Vec<f64> = by_gpu
-                    .values()
-                    .filter_map(|ix| {
-                        let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * mix(terms[i])) / points[i].2).ln().abs()).collect();
-                        upper_median(&mut e)
-                    })
-                    .collect();
-                let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
-                if best.map_or(true, |(e, _)| err < e) {
-                    best = Some((err, TwoResourceBase { latency_us: l, inv_dram_efficiency: c * wd, sm_cycles_per_byte: c * wi }));
-                }
+        let units: Vec<Vec<f64>> = weights.iter().map(|&(wd, wi)| terms.iter().map(|&(d, i)| (wd * d).max(wi * i)).collect()).collect();
+        let (l, w, c) = fit_per_gpu_grid(points, &units)?;
+        let (wd, wi) = weights[w];
+        Some(TwoResourceBase { latency_us: l, inv_dram_efficiency: c * wd, sm_cycles_per_byte: c * wi })
+    }
+}
+
+/// The grid both multi-GPU base fits search: for each launch floor and each candidate `units`
+/// (every row's time per unit of scale), the scale is the median of `(t - l) / unit`, and the
+/// pair with the least mean over GPUs of each GPU's median |log error| wins (every GPU counts
+/// once, however many rows it has). Returns (floor, candidate index, scale).
+fn fit_per_gpu_grid(points: &[(f64, &GpuSpec, f64)], candidates: &[Vec<f64>]) -> Option<(f64, usize, f64)> {
+    let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, (_, g, _)) in points.iter().enumerate() {
+        by_gpu.entry(g.id.as_str()).or_default().push(i);
+    }
+    let mut best: Option<(f64, (f64, usize, f64))> = None;
+    for &l in &FLOORS_US {
+        for (k, units) in candidates.iter().enumerate() {
+            let mut ratios: Vec<f64> = points.iter().zip(units).filter(|((_, _, t), u)| *t > l && **u > 0.0).map(|((_, _, t), u)| (t - l) / u).collect();
+            let Some(c) = upper_median(&mut ratios) else { continue };
+            let per_gpu: Vec<f64> = by_gpu
+                .values()
+                .filter_map(|ix| {
+                    let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * units[i]) / points[i].2).ln().abs()).collect();
+                    upper_median(&mut e)
+                })
+                .collect();
+            let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
+            if best.map_or(true, |(e, _)| err < e) {
+                best = Some((err, (l, k, c)));
             }
         }
-        best.map(|(_, b)| b)
     }
+    best.map(|(_, b)| b)
 }
 
 /// Share of spec DRAM bandwidth a streaming copy reaches on an HBM GPU: the collector's best
@@ -189,28 +202,9 @@ impl TwoResourceBase {
         if shares.len() < MIN_STREAMING_ROWS || upper_median(&mut shares)? >= ISSUE_BOUND_SHARE {
             return None;
         }
-        let mut by_gpu: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, (_, g, _)) in points.iter().enumerate() {
-            by_gpu.entry(g.id.as_str()).or_default().push(i);
-        }
         let issue: Vec<f64> = points.iter().map(|(b, g, _)| 1e6 * b / sm_cycles_per_s(g)).collect();
-        let mut best: Option<(f64, TwoResourceBase)> = None;
-        for &l in &FLOORS_US {
-            let mut ratios: Vec<f64> = points.iter().zip(&issue).filter(|((_, _, t), i)| *t > l && **i > 0.0).map(|((_, _, t), i)| (t - l) / i).collect();
-            let Some(c) = upper_median(&mut ratios) else { continue };
-            let per_gpu: Vec<f64> = by_gpu
-                .values()
-                .filter_map(|ix| {
-                    let mut e: Vec<f64> = ix.iter().map(|&i| ((l + c * issue[i]) / points[i].2).ln().abs()).collect();
-                    upper_median(&mut e)
-                })
-                .collect();
-            let err = per_gpu.iter().sum::<f64>() / per_gpu.len() as f64;
-            if best.map_or(true, |(e, _)| err < e) {
-                best = Some((err, TwoResourceBase { latency_us: l, inv_dram_efficiency: 1.0 / HBM_STREAMING_SHARE, sm_cycles_per_byte: c }));
-            }
-        }
-        best.map(|(_, b)| b)
+        let (l, _, c) = fit_per_gpu_grid(points, std::slice::from_ref(&issue))?;
+        Some(TwoResourceBase { latency_us: l, inv_dram_efficiency: 1.0 / HBM_STREAMING_SHARE, sm_cycles_per_byte: c })
     }
 }
 
