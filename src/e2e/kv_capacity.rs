@@ -40,6 +40,9 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
                 continue;
             }
             let Some(measured) = v.get("num_gpu_blocks").and_then(Value::as_u64) else { continue };
+            if measured == 0 {
+                bail!("{}: field 'num_gpu_blocks' must be positive", path.display());
+            }
             let kwargs = v.get("engine_kwargs").with_context(|| format!("{}: field 'engine_kwargs' missing", path.display()))?;
             let num = |field: &str| -> Result<u64> {
                 kwargs.get(field).and_then(Value::as_u64).with_context(|| format!("{}: field 'engine_kwargs.{field}' must be a positive integer", path.display()))
@@ -59,9 +62,6 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
             let plan = memory::plan(&model, &gpu, &dep, util, max_batched, memory::AttentionScratch::None)
                 .with_context(|| format!("{}: memory plan", path.display()))?;
             let predicted = KvLayout::of(&model, block_size as u32).pool_pages(plan.kv_capacity_tokens, block_size as u32) as u64;
-            if measured == 0 {
-                bail!("{}: field 'num_gpu_blocks' must be positive", path.display());
-            }
             rows.push(KvCapacityRow {
                 run: format!("{}/{label}", dir.file_name().unwrap_or_default().to_string_lossy()),
                 gpu: gpu_id,
