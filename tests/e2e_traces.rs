@@ -512,9 +512,11 @@ fn kv_capacity_is_predicted_from_memory_as_vllm_allocated_it() {
     std::fs::copy(format!("{root}/h200_sxm_vllm19/qwen3-0.6b/config.json"), m.join("config.json")).unwrap();
     std::fs::copy(format!("{root}/h200_sxm_vllm19/env-2026-12-02T193025Z.json"), tmp.path().join("env.json")).unwrap();
     let model = |blocks: &str| format!(r#"{{"engine": "vllm", "num_gpu_blocks": {blocks}, "engine_kwargs": {{"block_size": 16, "max_num_batched_tokens": 8192, "gpu_memory_utilization": 0.9}}}}"#);
-    std::fs::write(m.join("model.json"), model("0")).unwrap();
-    let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
-    assert!(e.contains("model.json") && e.contains("num_gpu_blocks"), "{e}");
+    for bad in ["0", "-5", "\"many\""] {
+        std::fs::write(m.join("model.json"), model(bad)).unwrap();
+        let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
+        assert!(e.contains("model.json") && e.contains("num_gpu_blocks") && e.contains("positive integer"), "{bad}: {e}");
+    }
     std::fs::write(m.join("model.json"), model("72296").replace(r#""block_size": 16, "#, "")).unwrap();
     let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
     assert!(e.contains("engine_kwargs.block_size"), "{e}");

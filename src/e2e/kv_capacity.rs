@@ -7,7 +7,7 @@ use crate::hardware::load_gpu;
 use crate::kernels::memory;
 use crate::model::ModelConfig;
 use crate::sim::kv::KvLayout;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
@@ -39,10 +39,8 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
             if v.get("engine").and_then(Value::as_str) != Some("vllm") {
                 continue;
             }
-            let Some(measured) = v.get("num_gpu_blocks").and_then(Value::as_u64) else { continue };
-            if measured == 0 {
-                bail!("{}: field 'num_gpu_blocks' must be positive", path.display());
-            }
+            let Some(field) = v.get("num_gpu_blocks") else { continue };
+            let measured = field.as_u64().filter(|&n| n > 0).with_context(|| format!("{}: field 'num_gpu_blocks' must be a positive integer, got {field}", path.display()))?;
             let kwargs = v.get("engine_kwargs").with_context(|| format!("{}: field 'engine_kwargs' missing", path.display()))?;
             let num = |field: &str| -> Result<u64> {
                 kwargs.get(field).and_then(Value::as_u64).with_context(|| format!("{}: field 'engine_kwargs.{field}' must be a positive integer", path.display()))
