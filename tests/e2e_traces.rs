@@ -265,7 +265,7 @@ fn target_sweeps(folder: &str, engine: &str, split: &'static str) -> Vec<kernels
             let measured = measured_metrics(run);
             let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
             let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
-            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), split, tier: "target", measured, predicted, ape, evictions: None });
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), gpu: m.gpu.clone(), host_probe_ns: m.host_probe_ns, split, tier: "target", measured, predicted, ape, evictions: None });
         }
     }
     kernelsight::e2e::load_sweep::find(&models, &runs)
@@ -520,4 +520,21 @@ fn kv_capacity_is_predicted_from_memory_as_vllm_allocated_it() {
     std::fs::write(m.join("model.json"), model("72296").replace(r#""block_size": 16, "#, "")).unwrap();
     let e = format!("{:#}", kv_capacity::validate(&[tmp.path()]).unwrap_err());
     assert!(e.contains("engine_kwargs.block_size"), "{e}");
+}
+
+#[test]
+fn each_folder_carries_its_hosts_probe_reading() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces");
+    let probe = |d: &str| load_dir(&root.join(d)).unwrap()[0].host_probe_ns;
+    // Two H100 machines of one session, a fast host and a slow one (READMEs there), and an
+    // H200 folder recorded before the harness ran the probe.
+    let fast = probe("h100_sxm_capture_sweep37").expect("probed");
+    let slow = probe("h100_sxm_capture_sweep37b").expect("probed");
+    assert!((50.0..60.0).contains(&fast) && (100.0..120.0).contains(&slow), "{fast} {slow}");
+    assert_eq!(probe("h200_sxm_capture_sweep16"), None);
+    // A reading that cannot be right is an error naming the file and the field.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("env-x.json"), r#"{"gpu": "NVIDIA H200", "host_probe": [{"python_loop_ns": -3}]}"#).unwrap();
+    let e = format!("{:#}", kernelsight::e2e::traces::folder_host_probe_ns(tmp.path()).unwrap_err());
+    assert!(e.contains("env-x.json") && e.contains("python_loop_ns"), "{e}");
 }

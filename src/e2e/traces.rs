@@ -131,6 +131,8 @@ pub struct TraceModel {
     pub family: String,
     /// Spec-sheet id of the GPU the folder's runs were measured on (`folder_gpu`).
     pub gpu: String,
+    /// Median host-probe reading of the folder's calls (`folder_host_probe_ns`), where recorded.
+    pub host_probe_ns: Option<f64>,
     pub config: ModelConfig,
     pub runs: Vec<TraceRun>,
 }
@@ -407,11 +409,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
         for r in &mut runs {
             r.turnaround_s = r.clients.and_then(|c| client_turnaround_s(&r.requests, c));
         }
-        models.push(TraceModel { label, family, gpu: String::new(), config, runs });
+        models.push(TraceModel { label, family, gpu: String::new(), host_probe_ns: None, config, runs });
     }
     let gpu = folder_gpu(dir)?;
+    let probe = folder_host_probe_ns(dir)?;
     for m in &mut models {
         m.gpu = gpu.clone();
+        m.host_probe_ns = probe;
     }
     let profile = dir.join("steps.jsonl");
     if profile.is_file() {
@@ -451,6 +455,20 @@ pub fn folder_gpu(dir: &Path) -> Result<String> {
         }
     }
     found.map(|(id, _)| id).ok_or_else(|| anyhow!("{}: no env-*.json names the GPU (field 'gpu' or 'nvidia_smi_before.name')", dir.display()))
+}
+
+/// Median `python_loop_ns` over the host-probe readings of a folder's `env-*.json` records
+/// (`microbench/e2e/host_speed_probe.py`, run by the harness before each call); None where no
+/// call recorded one.
+pub fn folder_host_probe_ns(dir: &Path) -> Result<Option<f64>> {
+    let mut ns = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten() {
+        let path = entry.path();
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("env") && n.ends_with(".json")) {
+            ns.extend(crate::perf::host_probe::readings_in(&path)?);
+        }
+    }
+    Ok((!ns.is_empty()).then(|| crate::quantile::median(&ns)))
 }
 
 /// CUDA device names (as nvidia-smi and torch report them) and their spec-sheet ids.
@@ -1052,6 +1070,9 @@ fn split_of(m: &TraceModel, run: &TraceRun) -> &'static str {
 pub struct RunResult {
     pub model: String,
     pub run: String,
+    /// Spec-sheet id of the GPU it ran on and its host's probe reading (`TraceModel`).
+    pub gpu: String,
+    pub host_probe_ns: Option<f64>,
     pub split: &'static str,
     pub tier: &'static str,
     pub measured: BTreeMap<&'static str, f64>,
@@ -1121,6 +1142,8 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                 report.runs.push(RunResult {
                     model: m.label.clone(),
                     run: run.key.clone(),
+                    gpu: m.gpu.clone(),
+                    host_probe_ns: m.host_probe_ns,
                     split: split_of(m, run),
                     tier: tier.as_str(),
                     measured,
@@ -1185,9 +1208,32 @@ impl TracesReport {
                 s += &format!("    [{}] {} {}: {m} vs {p}\n", r.tier, r.model, r.run);
             }
         }
+        s += &self.render_other_hosts();
         s += &super::load_sweep::render(&self.load_sweeps);
         for (run, why) in &self.excluded {
             s += &format!("  excluded {run}: {why}\n");
+        }
+        s
+    }
+
+    /// Runs on GPUs and machines nothing was fitted on, by device call: how far the predicted
+    /// TTFT and TPOT sit from the measured ones next to the call's host-probe reading (the
+    /// host terms carry the machines they were fitted on).
+    fn render_other_hosts(&self) -> String {
+        let tier = if self.runs.iter().any(|r| r.tier == "target") { "target" } else { self.runs.first().map_or("", |r| r.tier) };
+        let mut calls: BTreeMap<(&str, &str), Vec<&RunResult>> = BTreeMap::new();
+        for r in self.runs.iter().filter(|r| r.tier == tier && r.split == "held-out-gpu") {
+            calls.entry((r.run.split('/').next().unwrap_or(""), r.gpu.as_str())).or_default().push(r);
+        }
+        if calls.is_empty() {
+            return String::new();
+        }
+        let mut s = format!("\n  runs on other GPUs and hosts, by device call [{tier}]: predicted / measured, median over runs\n");
+        s += &format!("    {:<22} {:<10} {:>13} {:>5} {:>9} {:>9}\n", "call", "gpu", "host probe ns", "runs", "TTFT p50", "TPOT p50");
+        for ((call, gpu), rows) in calls {
+            let ratio = |k: &str| crate::quantile::median(&rows.iter().map(|r| r.predicted[k] / r.measured[k]).collect::<Vec<_>>());
+            let probe = rows[0].host_probe_ns.map_or("-".to_string(), |ns| format!("{ns:.0}"));
+            s += &format!("    {:<22} {:<10} {:>13} {:>5} {:>8.2}x {:>8.2}x\n", call, gpu, probe, rows.len(), ratio("ttft_p50"), ratio("tpot_p50"));
         }
         s
     }

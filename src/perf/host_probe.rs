@@ -53,6 +53,13 @@ impl HostProbe {
     }
 }
 
+/// The probe readings one file holds (none for a harness `env.json` written without a probe).
+pub fn readings_in(path: &Path) -> Result<Vec<f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    readings(&json, path)
+}
+
 fn readings(json: &serde_json::Value, path: &Path) -> Result<Vec<f64>> {
     let one = |v: &serde_json::Value, at: &str| -> Result<Option<f64>> {
         match v.get(PROBE_FIELD) {
