@@ -206,6 +206,10 @@ fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
     assert!(e.contains("does not fit on h100_sxm") && e.contains("attention scores"), "{e}");
     let r = sim(&[&gptoss[..], &["--gpu", "h200_sxm"]].concat());
     assert_eq!(r.summary.completed, 5);
+    // --json reports the plan: 4 score tensors of 64 heads x 8,192 x 16,384 plus two masks.
+    let mem = &r.json()["memory"];
+    assert_eq!(mem["attention_scratch_bytes_per_gpu"].as_f64(), Some((2.0 + 4.0 * 64.0) * 8192.0 * 16384.0 * 2.0));
+    assert!(mem["activation_bytes_per_gpu"].as_f64().unwrap() > mem["attention_scratch_bytes_per_gpu"].as_f64().unwrap());
     // The same model under vLLM (paged kernels, no materialised scores) fits the H100.
     let r = sim(&["--model", "gpt-oss-20b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"]);
     assert_eq!(r.summary.completed, 5);

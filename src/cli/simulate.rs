@@ -119,6 +119,8 @@ pub struct Scenario {
     pub tier: Tier,
     /// Lines describing the setup, for the report.
     pub setup: Vec<String>,
+    /// Per-GPU memory: weights, activations (attention buffers included), KV budget.
+    pub memory: memory::MemoryPlan,
 }
 
 impl SimulateArgs {
@@ -252,7 +254,7 @@ impl SimulateArgs {
         if let Some(n) = note {
             setup.push(format!("note: {n}"));
         }
-        Ok(Scenario { model, gpu, dep, cfg, workload, predictor, tier, setup })
+        Ok(Scenario { model, gpu, dep, cfg, workload, predictor, tier, setup, memory: plan })
     }
 }
 
@@ -305,6 +307,7 @@ impl Report {
         v["tier_requested"] = self.scenario.tier.as_str().into();
         v["moe_routing"] = self.scenario.predictor.served_routing().served_name().into();
         v["setup"] = self.scenario.setup.clone().into();
+        v["memory"] = serde_json::to_value(&self.scenario.memory).expect("memory plan serializes");
         v
     }
 }

@@ -16,7 +16,10 @@ pub const RUNTIME_RESERVE_BYTES: f64 = 1.5 * 1024.0 * 1024.0 * 1024.0;
 pub struct MemoryPlan {
     pub capacity_bytes_per_gpu: f64,
     pub weight_bytes_per_gpu: f64,
+    /// Peak step workspace, `attention_scratch_bytes_per_gpu` included.
     pub activation_bytes_per_gpu: f64,
+    /// Attention buffers the engine materialises (`AttentionScratch`).
+    pub attention_scratch_bytes_per_gpu: f64,
     pub kv_bytes_per_token_per_gpu: f64,
     /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
     pub state_bytes_per_seq_per_gpu: f64,
@@ -156,6 +159,7 @@ pub fn plan(
         capacity_bytes_per_gpu: capacity,
         weight_bytes_per_gpu: weights,
         activation_bytes_per_gpu: activation,
+        attention_scratch_bytes_per_gpu: scratch,
         kv_bytes_per_token_per_gpu: kv_per_token,
         state_bytes_per_seq_per_gpu: state,
         kv_budget_bytes_per_gpu: budget,
