@@ -125,26 +125,31 @@ impl SearchSpace {
         if per_replica > self.max_gpus {
             return prune(format!("one replica needs {per_replica} GPUs, above --max-gpus {}", self.max_gpus));
         }
-        for &max_num_seqs in &self.max_num_seqs {
-            for &mbt in &self.max_num_batched_tokens {
-                let limits = EngineLimits { max_num_seqs, max_num_batched_tokens: mbt };
-                let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64, self.attention) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        out.pruned.push(Pruned { layout: format!("{layout} mbt{mbt}"), reason: e.to_string() });
-                        continue;
-                    }
-                };
-                if plan.kv_capacity_tokens < self.min_kv_tokens {
-                    out.pruned.push(Pruned {
-                        layout: format!("{layout} mbt{mbt}"),
-                        reason: format!(
-                            "KV cache holds {} tokens per replica, below the workload's longest request ({} tokens)",
-                            plan.kv_capacity_tokens, self.min_kv_tokens
-                        ),
-                    });
+        // The memory plan depends on the token budget, not on max_num_seqs: one verdict each.
+        let mut budgets = Vec::new();
+        for &mbt in &self.max_num_batched_tokens {
+            let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64, self.attention) {
+                Ok(p) => p,
+                Err(e) => {
+                    out.pruned.push(Pruned { layout: format!("{layout} mbt{mbt}"), reason: e.to_string() });
                     continue;
                 }
+            };
+            if plan.kv_capacity_tokens < self.min_kv_tokens {
+                out.pruned.push(Pruned {
+                    layout: format!("{layout} mbt{mbt}"),
+                    reason: format!(
+                        "KV cache holds {} tokens per replica, below the workload's longest request ({} tokens)",
+                        plan.kv_capacity_tokens, self.min_kv_tokens
+                    ),
+                });
+                continue;
+            }
+            budgets.push(mbt);
+        }
+        for &max_num_seqs in &self.max_num_seqs {
+            for &mbt in &budgets {
+                let limits = EngineLimits { max_num_seqs, max_num_batched_tokens: mbt };
                 let max_replicas = self.max_gpus / per_replica;
                 for dp in 1..=max_replicas {
                     let dep = Deployment { dp, ..dep.clone() };
@@ -208,6 +213,17 @@ mod tests {
         // Replicas up to 8 GPUs: tp2 x1..4, tp4 x1..2, tp8 x1 = 7 candidates.
         assert_eq!(e.candidates.len(), 7);
         assert!(e.candidates.iter().all(|c| c.total_gpus() <= 8));
+    }
+
+    #[test]
+    fn a_layout_memory_rules_out_is_pruned_once_per_token_budget() {
+        // The memory plan does not depend on max_num_seqs: two limits, one verdict per budget.
+        let m = ModelConfig::load("llama-3.1-70b").unwrap();
+        let s = SearchSpace { tp: vec![1], max_num_seqs: vec![64, 256], max_num_batched_tokens: vec![2048, 8192], max_gpus: 1, ..space(1) };
+        let e = s.enumerate(&m).unwrap();
+        let layouts: Vec<&str> = e.pruned.iter().map(|p| p.layout.as_str()).collect();
+        assert_eq!(layouts, ["h200_sxm tp1 pp1 ep1 bf16 kvbf16 mbt2048", "h200_sxm tp1 pp1 ep1 bf16 kvbf16 mbt8192"]);
+        assert!(e.candidates.is_empty());
     }
 
     #[test]
