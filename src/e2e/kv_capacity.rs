@@ -32,6 +32,8 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
         let dir = dir.as_ref();
         let mut folders: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?.flatten().map(|e| e.path()).collect();
         folders.sort();
+        // The folder's GPU, read once, and only where a vLLM model needs it.
+        let mut folder_gpu: Option<String> = None;
         for folder in folders.into_iter().filter(|f| f.join("model.json").is_file()) {
             let path = folder.join("model.json");
             let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -47,7 +49,10 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
             };
             let util = kwargs.get("gpu_memory_utilization").and_then(Value::as_f64).unwrap_or(0.9);
             let (block_size, max_batched, tp) = (num("block_size")?, num("max_num_batched_tokens")?, num("tensor_parallel_size").unwrap_or(1));
-            let gpu_id = super::traces::folder_gpu(dir)?;
+            let gpu_id = match &folder_gpu {
+                Some(g) => g.clone(),
+                None => folder_gpu.insert(super::traces::folder_gpu(dir)?).clone(),
+            };
             let label = folder.file_name().unwrap_or_default().to_string_lossy().to_string();
             if !seen.insert((label.clone(), gpu_id.clone(), measured, block_size, max_batched, tp, util.to_bits())) {
                 continue;

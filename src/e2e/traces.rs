@@ -431,15 +431,8 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
 /// else `nvidia_smi_before.name`), as a spec-sheet id. Every call of one folder must name the
 /// same GPU: a folder is replayed on one spec sheet.
 pub fn folder_gpu(dir: &Path) -> Result<String> {
-    let mut envs: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading trace folder {}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("env") && n.ends_with(".json")))
-        .collect();
-    envs.sort();
     let mut found: Option<(String, String)> = None;
-    for path in &envs {
+    for path in &env_files(dir)? {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
             .map_err(|e| anyhow!("{}: malformed JSON ({e})", path.display()))?;
         let Some(name) = v.get("gpu").and_then(Value::as_str).or_else(|| v.pointer("/nvidia_smi_before/name").and_then(Value::as_str)) else {
@@ -462,13 +455,22 @@ pub fn folder_gpu(dir: &Path) -> Result<String> {
 /// call recorded one.
 pub fn folder_host_probe_ns(dir: &Path) -> Result<Option<f64>> {
     let mut ns = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten() {
-        let path = entry.path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("env") && n.ends_with(".json")) {
-            ns.extend(crate::perf::host_probe::readings_in(&path)?);
-        }
+    for path in env_files(dir)? {
+        ns.extend(crate::perf::host_probe::readings_in(&path)?);
     }
     Ok((!ns.is_empty()).then(|| crate::quantile::median(&ns)))
+}
+
+/// A trace folder's per-call `env-*.json` records, sorted.
+fn env_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut envs: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading trace folder {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("env") && n.ends_with(".json")))
+        .collect();
+    envs.sort();
+    Ok(envs)
 }
 
 /// CUDA device names (as nvidia-smi and torch report them) and their spec-sheet ids.

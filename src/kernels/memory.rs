@@ -104,7 +104,7 @@ impl AttentionScratch {
     /// read more keys; this is the budget-filling prefill step, the one every engine meets.
     pub fn bytes_per_gpu(&self, model: &ModelConfig, dep: &Deployment, max_tokens: u64) -> f64 {
         let AttentionScratch::Packed { kv_pad_tokens } = *self else { return 0.0 };
-        let keys = kv_pad_tokens.map_or(max_tokens, |pad| max_tokens.div_ceil(pad.max(1)) * pad.max(1)) as f64;
+        let keys = kv_pad_tokens.map_or(max_tokens, |pad| crate::perf::graphs::pad_to(max_tokens, pad, u64::MAX)) as f64;
         let masks = if model.layers.iter().any(|l| matches!(l.attn, AttnKind::Sliding { .. })) { 2.0 } else { 1.0 };
         let act = Dtype::Bf16.bytes();
         let mut bytes = masks * max_tokens as f64 * keys * act;

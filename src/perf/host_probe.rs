@@ -29,10 +29,7 @@ impl HostProbe {
         }
         let mut python_loop_ns = Vec::new();
         for path in paths {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading host probe {}", path.display()))?;
-            let json: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-            let found = readings(&json, path)?;
+            let found = readings_in(path)?;
             if found.is_empty() {
                 bail!("{}: no probe reading with a '{PROBE_FIELD}' field (write one with microbench/e2e/host_speed_probe.py)", path.display());
             }
@@ -55,7 +52,7 @@ impl HostProbe {
 
 /// The probe readings one file holds (none for a harness `env.json` written without a probe).
 pub fn readings_in(path: &Path) -> Result<Vec<f64>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading host probe {}", path.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     readings(&json, path)
 }
