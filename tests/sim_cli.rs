@@ -289,3 +289,24 @@ fn a_host_probe_scales_the_host_model_by_its_median_reading_over_the_reference()
     let e = sim_err(&["--num-requests", "4", "--engine", "sglang", "--host-probe", probe]);
     assert!(e.contains("probe_python_loop_ns") && e.contains("--host-scale"), "{e}");
 }
+
+#[test]
+fn trtllm_serves_an_fp8_checkpoint_with_its_fp8_kv_cache() {
+    use kernelsight::schema::Dtype;
+    let base = ["--model", "qwen3-32b", "--gpu", "h100_sxm", "--dtype", "fp8", "--num-requests", "4", "--isl", "128", "--osl", "4"];
+    let capacity = |extra: &[&str]| {
+        let r = sim(&[&base[..], extra].concat());
+        (r.scenario.dep.kv_dtype, r.scenario.memory.kv_capacity_tokens)
+    };
+    // TensorRT-LLM's KvCacheConfig.dtype = "auto" takes a ModelOpt FP8 checkpoint's FP8 KV
+    // cache: half the bytes per token, twice the tokens in the same budget.
+    let (trt_kv, trt_tokens) = capacity(&["--engine", "trtllm"]);
+    let (vllm_kv, vllm_tokens) = capacity(&["--engine", "vllm"]);
+    assert_eq!((trt_kv, vllm_kv), (Dtype::Fp8, Dtype::Bf16));
+    let ratio = trt_tokens as f64 / vllm_tokens as f64;
+    assert!((ratio - 2.0).abs() < 0.15, "trtllm {trt_tokens} vs vllm {vllm_tokens} tokens");
+    // --kv-dtype wins over the engine's default; 16-bit weights keep a 16-bit cache.
+    assert_eq!(capacity(&["--engine", "trtllm", "--kv-dtype", "bf16"]).0, Dtype::Bf16);
+    let r = sim(&["--model", "llama-3.1-8b", "--gpu", "h100_sxm", "--engine", "trtllm", "--num-requests", "4", "--isl", "128", "--osl", "4"]);
+    assert_eq!(r.scenario.dep.kv_dtype, Dtype::Bf16);
+}

@@ -44,13 +44,13 @@ pub struct CapacityArgs {
 }
 
 pub fn run(a: CapacityArgs) -> Result<()> {
-    let (model, gpu, mut dep) = a.deploy.load()?;
+    let engine = EngineParams::load(&a.run.engine)?;
+    let (model, gpu, mut dep) = a.deploy.load(&engine)?;
     let slo = a.slo.to_slo()?;
     let mut wargs = a.workload.clone();
     wargs.rate.get_or_insert_with(|| "1".into());
     let workload = open_loop(&wargs)?;
     let Arrival::Rate { rate_per_s: start, .. } = workload.arrival else { unreachable!("open_loop checked") };
-    let engine = EngineParams::load(&a.run.engine)?;
     let limits = EngineLimits {
         max_num_seqs: a.max_num_seqs.unwrap_or(engine.max_num_seqs),
         max_num_batched_tokens: a.max_num_batched_tokens.unwrap_or(engine.max_num_batched_tokens),

@@ -32,7 +32,8 @@ pub struct DeployArgs {
     /// Weight and activation dtype of the GEMMs: bf16, fp16, fp8, int8, fp4.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
-    /// KV-cache dtype (default bf16).
+    /// KV-cache dtype (default: the engine's `kv_cache_dtype`, bf16 unless the engine takes an
+    /// FP8 checkpoint's FP8 KV cache).
     #[arg(long)]
     pub kv_dtype: Option<Dtype>,
     /// Kernel-time model: target (fitted on this GPU; the default, falling back to cross-gen per
@@ -43,7 +44,8 @@ pub struct DeployArgs {
 }
 
 impl DeployArgs {
-    pub fn load(&self) -> Result<(ModelConfig, GpuSpec, Deployment)> {
+    /// The deployment `engine` serves (its KV-cache dtype where `--kv-dtype` is not given).
+    pub fn load(&self, engine: &EngineParams) -> Result<(ModelConfig, GpuSpec, Deployment)> {
         let model = ModelConfig::load(&self.model)?;
         let gpu = load_gpu(&self.gpu)?;
         let dep = Deployment {
@@ -53,7 +55,7 @@ impl DeployArgs {
             dp: 1,
             weight_dtype: self.dtype,
             act_dtype: self.dtype,
-            kv_dtype: self.kv_dtype.unwrap_or(Dtype::Bf16),
+            kv_dtype: self.kv_dtype.unwrap_or_else(|| engine.kv_cache_dtype.for_weights(self.dtype)),
         };
         dep.validate()?;
         Ok((model, gpu, dep))

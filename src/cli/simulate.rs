@@ -125,9 +125,9 @@ pub struct Scenario {
 
 impl SimulateArgs {
     pub fn scenario(&self) -> Result<Scenario> {
-        let (model, gpu, mut dep) = self.deploy.load()?;
-        dep.dp = positive("dp", self.dp)? as u64;
         let mut engine = EngineParams::load(&self.engine)?;
+        let (model, gpu, mut dep) = self.deploy.load(&engine)?;
+        dep.dp = positive("dp", self.dp)? as u64;
         if let Some(v) = self.max_num_batched_tokens {
             engine.max_num_batched_tokens = positive("max-num-batched-tokens", v)?;
         }

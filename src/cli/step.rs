@@ -35,10 +35,10 @@ pub struct StepArgs {
 }
 
 pub fn run(args: StepArgs) -> Result<()> {
-    let (model, gpu, dep) = args.deploy.load()?;
+    let mut engine = crate::sim::engine::EngineParams::load(&args.engine)?;
+    let (model, gpu, dep) = args.deploy.load(&engine)?;
     let seqs = parse_batch_spec(&args.batch)?;
     let tokens: u64 = seqs.iter().map(|s| s.new_tokens as u64).sum();
-    let mut engine = crate::sim::engine::EngineParams::load(&args.engine)?;
     let named = NamedBackends::parse(&args.kernel_backends)?;
     named.apply(&mut engine);
     engine.validate().with_context(|| format!("engine '{}'", engine.name))?;

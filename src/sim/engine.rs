@@ -83,6 +83,31 @@ impl BlockGrowth {
     }
 }
 
+/// The KV cache's dtype when the user does not give one (`--kv-dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvCacheDtype {
+    /// 16-bit whatever the weights: vLLM's and SGLang's `kv_cache_dtype = auto` on a checkpoint
+    /// that carries no KV-cache quantization.
+    #[default]
+    Bf16,
+    /// The checkpoint's: FP8 when the weights are FP8. TensorRT-LLM runs FP8 from ModelOpt
+    /// checkpoints, whose `hf_quant_config.json` sets `kv_cache_quant_algo = FP8`, and its
+    /// `KvCacheConfig.dtype = "auto"` takes that.
+    Checkpoint,
+}
+
+impl KvCacheDtype {
+    /// The KV dtype of a deployment whose GEMM weights are `weights`.
+    pub fn for_weights(self, weights: crate::schema::Dtype) -> crate::schema::Dtype {
+        use crate::schema::Dtype;
+        match (self, weights) {
+            (KvCacheDtype::Checkpoint, Dtype::Fp8) => Dtype::Fp8,
+            _ => Dtype::Bf16,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineParams {
@@ -158,6 +183,9 @@ pub struct EngineParams {
     /// H200: about 20, ~40 us in all), each priced at a few-KB copy's launch floor.
     #[serde(default)]
     pub step_prep_kernels: u32,
+    /// The KV cache's dtype where `--kv-dtype` is not given.
+    #[serde(default)]
+    pub kv_cache_dtype: KvCacheDtype,
 }
 
 /// A table of per-op kernel counts (`field`), keyed by op; unknown ops and zero counts rejected.
