@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements still owed (docs/calibration.md, docs/validation_e2e.md), one device call,
+# The measurements still owed (and transformers' packed attention at few heads) (docs/calibration.md, docs/validation_e2e.md), one device call,
 # whichever GPU the lent pool gives. Every GPU: the host-speed probe and transformers' capture
 # sweep over depth (host_probe.py; a host reference for the capture term). On an H200 also the
 # memcpy sweep (copy cross-gen lacks the H200's sizes) and the pre-registered Qwen3-14B
@@ -10,6 +10,11 @@ echo "gpu: $gpu"
 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/smi_q.txt" 2>&1
 (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/cpu.txt"
 python3 microbench/e2e/host_speed_probe.py --out "$OUT/probe_0.json" > /dev/null 2>&1
+# transformers' packed attention at few heads (the host-probe models' 8 x 64): predictions made
+# before the measurement are in microbench/predictions/packed_sdpa_few_heads_*.
+mkdir -p "$OUT/sdpa"
+python3 microbench/collect.py --plan microbench/plans/packed_sdpa_few_heads.csv --out "$OUT/sdpa/packed_sdpa_few_heads.csv" --time-budget-s 90 > "$OUT/sdpa/collect.log" 2>&1
+echo "sdpa rc=$?"
 if [[ "$gpu" == *H200* ]]; then
   mkdir -p "$OUT/copy"
   python3 microbench/collect.py --plan microbench/plans/memcpy_sweep.csv --out "$OUT/copy/memcpy_sweep.csv" --time-budget-s 60 > "$OUT/copy/collect.log" 2>&1
