@@ -29,3 +29,6 @@ python3 microbench/e2e/host_probe.py --out "$OUT/capture/raw" --probes-only --pr
 echo "capture rc=$?"
 python3 microbench/e2e/host_speed_probe.py --out "$OUT/probe_1.json" > /dev/null 2>&1
 tail -3 "$OUT/capture.log"; ls -R "$OUT" | head -50
+# A device call returns at most a few files: everything goes back as one archive.
+tar czf /tmp/owed.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/owed.tgz "$OUT/owed.tgz"
+ls -la "$OUT"
