@@ -12,10 +12,11 @@ nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/smi_q.txt" 2>&1
 python3 microbench/e2e/host_speed_probe.py --out "$OUT/probe_0.json" > /dev/null 2>&1
 # transformers' packed attention at few heads (the host-probe models' 8 x 64): predictions made
 # before the measurement are in microbench/predictions/packed_sdpa_few_heads_*.
-mkdir -p "$OUT/sdpa"
-python3 microbench/collect.py --plan microbench/plans/packed_sdpa_few_heads.csv --out "$OUT/sdpa/packed_sdpa_few_heads.csv" --time-budget-s 90 > "$OUT/sdpa/collect.log" 2>&1
-echo "sdpa rc=$?"
+# The H100 has these rows (microbench/data/h100_sxm/h100_sxm_packed_sdpa_few_heads.csv).
 if [[ "$gpu" == *H200* ]]; then
+  mkdir -p "$OUT/sdpa"
+  python3 microbench/collect.py --plan microbench/plans/packed_sdpa_few_heads.csv --out "$OUT/sdpa/packed_sdpa_few_heads.csv" --time-budget-s 90 > "$OUT/sdpa/collect.log" 2>&1
+  echo "sdpa rc=$?"
   mkdir -p "$OUT/copy"
   python3 microbench/collect.py --plan microbench/plans/memcpy_sweep.csv --out "$OUT/copy/memcpy_sweep.csv" --time-budget-s 60 > "$OUT/copy/collect.log" 2>&1
   echo "memcpy rc=$?"
