@@ -168,23 +168,9 @@ impl Default for HostOverhead {
         HostOverhead {
             per_step_us: 250.0,
             per_seq_us: 2.0,
-            per_seq_cache_group_us: 0.0,
             per_token_us: 0.05,
-            per_full_read_token_us: 0.0,
-            per_sliding_read_token_us: 0.0,
-            launch_per_layer_us: 0.0,
-            launch_per_kernel_us: 0.0,
-            piecewise_launch_per_layer_us: 0.0,
-            eager_launch_per_layer_us: 0.0,
-            per_layer_us: 0.0,
-            graph_capture_us: 0.0,
-            graph_capture_per_kernel_us: 0.0,
-            graph_capture_per_m_activations_us: 0.0,
-            sdpa_plan_us: 0.0,
-            request_path_us: 0.0,
-            idle_wake_us: 0.0,
-            probe_python_loop_ns: None,
             source: Provenance::of("default placeholder (not fitted)"),
+            ..HostOverhead::zero()
         }
     }
 }
