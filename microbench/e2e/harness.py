@@ -313,6 +313,21 @@ def keep_history_across_soft_resets():
     RequestState.create_equivalent_initial_request = patched
 
 
+_LIBC = None
+
+
+def current_cpu():
+    """The CPU the calling thread runs on (glibc sched_getcpu, a vDSO call well under a microsecond); -1 if unknown."""
+    global _LIBC
+    try:
+        if _LIBC is None:
+            import ctypes
+            _LIBC = ctypes.CDLL(None)
+        return int(_LIBC.sched_getcpu())
+    except Exception:
+        return -1
+
+
 def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True):
     """Replay one workload through the manager API. Returns the run record."""
     import torch
@@ -356,8 +371,12 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         # Per-step log: when each batch was scheduled, its composition, and when its update ended.
         orig_sched, orig_update = bp.scheduler.schedule_batch, bp.update_batch
 
+        engine_cpus = {}  # CPU -> scheduling calls there: the cores of one host differ in speed (host_speed_probe's per-CPU loop)
+
         def sched(token_budget, cache_budget):
             t = time.perf_counter() - t0_box[0]
+            cpu = current_cpu()
+            engine_cpus[cpu] = engine_cpus.get(cpu, 0) + 1
             res = orig_sched(token_budget, cache_budget)
             reqs = res[0]
             if reqs:
@@ -438,6 +457,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
             if record:
                 append_jsonl(os.path.join(out, "requests.jsonl"), q)
         rec["evictions"] = evictions
+        rec["engine_thread_cpus"] = {str(c): n for c, n in sorted(engine_cpus.items())}
         rec.update(status="ok" if n_ok == len(rows) else ("partial" if n_ok else "failed"), requests_ok=n_ok,
                    duration_s=r6(t_end - t0), steps_columns=["t_sched_s", "num_requests", "num_decode_requests",
                                                              "num_q_tokens", "max_kv_read", "t_update_done_s"],
