@@ -2,8 +2,8 @@
 # The measurements still owed (and transformers' packed attention at few heads) (docs/calibration.md, docs/validation_e2e.md), one device call,
 # whichever GPU the lent pool gives. Every GPU: the host-speed probe and transformers' capture
 # sweep over depth (host_probe.py; a host reference for the capture term). On an H200 also the
-# memcpy sweep (copy cross-gen lacks the H200's sizes) and the pre-registered Qwen3-14B
-# sustained-GEMM test (297.4 ms per step predicted at d07eb26). Writes under $OUT.
+# memcpy sweep (copy cross-gen lacks the H200's sizes). Every GPU: the pre-registered Qwen3-14B
+# sustained-GEMM test (microbench/predictions/sustained_gemm_qwen3_14b.md). Writes under $OUT.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
@@ -20,10 +20,11 @@ if [[ "$gpu" == *H200* ]]; then
   mkdir -p "$OUT/copy"
   python3 microbench/collect.py --plan microbench/plans/memcpy_sweep.csv --out "$OUT/copy/memcpy_sweep.csv" --time-budget-s 60 > "$OUT/copy/collect.log" 2>&1
   echo "memcpy rc=$?"
-  python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
-    --shapes 7168:5120,5120:5120,34816:5120,5120:17408 --layers 40 > "$OUT/sustained.log" 2>&1
-  echo "sustained rc=$?"
 fi
+# Pre-registered per GPU: microbench/predictions/sustained_gemm_qwen3_14b.md.
+python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
+  --shapes 7168:5120,5120:5120,34816:5120,5120:17408 --layers 40 > "$OUT/sustained.log" 2>&1
+echo "sustained rc=$?"
 python3 microbench/e2e/host_probe.py --out "$OUT/capture/raw" --probes-only --probes host-probe-g1 \
   --probe-layers 2,4,8,12,24,48 --probe-workloads grid_i128_o64_c1,grid_i512_o64_c8,grid_i2048_o64_c8 \
   --deadline-s 110 > "$OUT/capture.log" 2>&1
