@@ -5,6 +5,7 @@ pub mod efficiency;
 pub mod graphs;
 pub mod host;
 pub mod host_probe;
+pub mod power_cap;
 pub mod predictor;
 pub mod roofline;
 pub mod sol;

@@ -64,6 +64,9 @@ pub struct Predictor {
     /// Eager packed-SDPA engines: the (query, key) shapes cuDNN has built a plan for so far
     /// (None: the engine pads shapes into CUDA graphs, or runs no cuDNN SDPA).
     sdpa_plans: Option<Mutex<HashSet<(u64, u64)>>>,
+    /// Dense bf16 GEMMs run no faster than this under back-to-back steps (`perf::power_cap`),
+    /// with where the rate comes from; None: not measured for this GPU's die, or the roofline tier.
+    sustained_gemm: Option<(f64, String)>,
 }
 
 impl Predictor {
@@ -76,6 +79,9 @@ impl Predictor {
     }
 
     pub fn with_kernel_model(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, km: Arc<dyn KernelTimeModel>) -> Predictor {
+        let sustained_gemm = super::power_cap::shipped_rates()
+            .and_then(|rates| super::power_cap::sustained_bf16_tflops(gpu, km.tier(), &rates))
+            .expect("calibration/power/sustained_gemm.toml is checked by perf::power_cap's tests");
         Predictor {
             model: model.clone(),
             gpu: gpu.clone(),
@@ -94,6 +100,7 @@ impl Predictor {
             step_prep_kernels: 0,
             experts_padded: false,
             sdpa_plans: None,
+            sustained_gemm,
             cache_groups: model.kv_cache_groups_by_kind(),
             sliding_window: model.max_sliding_window(),
         }
@@ -244,9 +251,25 @@ impl Predictor {
             .collect()
     }
 
-    /// One launch of `ki`, by its own kernel library where the graph names one; an op the
-    /// engine runs unfused costs its pieces, each an elementwise pass over the op's tensor.
+    /// One launch of `ki` in a serving step: at its kernel tables' rate, a bf16 GEMM no faster
+    /// than the GPU holds at its power limit.
     fn instance_us(&self, ki: &KernelInstance) -> f64 {
+        let us = self.table_rate_us(ki);
+        match &self.sustained_gemm {
+            Some((tflops, _)) => super::power_cap::capped_us(&ki.kernel, us, *tflops),
+            None => us,
+        }
+    }
+
+    /// The sustained GEMM rate the predictor caps bf16 GEMMs at, and its source.
+    pub fn sustained_gemm(&self) -> Option<&(f64, String)> {
+        self.sustained_gemm.as_ref()
+    }
+
+    /// One launch of `ki` at its kernel tables' rate (short bursts), by its own kernel library
+    /// where the graph names one; an op the engine runs unfused costs its pieces, each an
+    /// elementwise pass over the op's tensor.
+    fn table_rate_us(&self, ki: &KernelInstance) -> f64 {
         if let Some(&n) = self.unfused.get(&ki.kernel.op) {
             let k = &ki.kernel;
             let elements_per_token = if k.op == crate::schema::Op::Rope { (k.num_heads + k.num_kv_heads) * k.head_dim } else { k.hidden };
@@ -382,7 +405,10 @@ impl StepTimeModel for Predictor {
     }
 
     fn describe(&self) -> String {
-        self.kernel_model.describe()
+        match &self.sustained_gemm {
+            Some((tflops, from)) => format!("{}; bf16 GEMMs at most {tflops:.0} TFLOPS at the power limit ({from})", self.kernel_model.describe()),
+            None => self.kernel_model.describe(),
+        }
     }
 
     fn request_path_us(&self) -> f64 {
@@ -401,6 +427,26 @@ mod tests {
 
     fn llama() -> (ModelConfig, GpuSpec) {
         (ModelConfig::load("llama-3.1-8b").unwrap(), load_gpu("h200_sxm").unwrap())
+    }
+
+    #[test]
+    fn a_long_prefill_steps_gemms_run_no_faster_than_the_power_limit_allows() {
+        let m = ModelConfig::load("qwen3-14b").unwrap();
+        let g = load_gpu("h100_sxm").unwrap();
+        let dep = Deployment::default();
+        let step = [SeqWork { new_tokens: 8192, cached_tokens: 0 }];
+        let target = Predictor::new(&m, &g, &dep, Tier::Target).unwrap();
+        let (tflops, from) = target.sustained_gemm().cloned().unwrap();
+        assert!(from.contains("h100_sxm measured"), "{from}");
+        let gemms: Vec<TimedKernel> = target.kernel_table(&step).into_iter().filter(|k| k.instance.kernel.op == crate::schema::Op::Gemm).collect();
+        let floor = |k: &TimedKernel| k.sol.flops / (tflops * 1e6);
+        assert!(gemms.iter().all(|k| k.predicted_us >= floor(k) * (1.0 - 1e-9)));
+        // The tables price the MLP's 8192-row GEMMs faster than the power limit holds: the cap binds there.
+        assert!(gemms.iter().any(|k| (k.predicted_us - floor(k)).abs() < 1e-6 * floor(k)), "no GEMM at the cap");
+        // The baseline stays plain, and the step is faster at the tables' rates.
+        assert!(Predictor::new(&m, &g, &dep, Tier::Roofline).unwrap().sustained_gemm().is_none());
+        let uncapped = Predictor { sustained_gemm: None, ..Predictor::new(&m, &g, &dep, Tier::Target).unwrap() };
+        assert!(uncapped.step_time(&step).total_us < target.step_time(&step).total_us);
     }
 
     #[test]

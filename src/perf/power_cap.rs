@@ -1,0 +1,154 @@
+//! The GEMM rate a GPU holds at its power limit under a serving engine's back-to-back steps.
+//! Kernel tables time each shape in a short burst, below the limit; a chain of large GEMMs
+//! pins the GPU at its limit from the first step and runs slower (H100: 686 TFLOPS sustained
+//! where the tables show up to ~860). `calibration/power/sustained_gemm.toml` holds the
+//! measured rates; the simulator caps bf16/fp16 GEMMs at them.
+
+use super::Tier;
+use crate::hardware::{builtin_specs, GpuSpec};
+use crate::schema::{Dtype, Kernel, Op};
+use anyhow::{anyhow, bail, Result};
+use serde::Deserialize;
+
+include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
+
+pub const SUSTAINED_GEMM_PATH: &str = "power/sustained_gemm.toml";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SustainedRate {
+    pub id: String,
+    pub bf16_tflops: f64,
+    /// The measurement the rate comes from (path from the repository root).
+    pub raw: String,
+    pub note: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SustainedFile {
+    gpu: Vec<SustainedRate>,
+}
+
+/// Parses and checks the rates file; `origin` names it in errors.
+pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
+    let f: SustainedFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    let known = builtin_specs()?;
+    for (i, r) in f.gpu.iter().enumerate() {
+        if !(r.bf16_tflops > 0.0 && r.bf16_tflops.is_finite()) {
+            bail!("{origin}: gpu[{i}] field 'bf16_tflops' must be a positive number of TFLOP/s, got {}", r.bf16_tflops);
+        }
+        if !known.iter().any(|s| s.id == r.id) {
+            bail!("{origin}: gpu[{i}] field 'id' = '{}' is not a GPU in hw_specs/ (known: {})", r.id, known.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", "));
+        }
+    }
+    Ok(f.gpu)
+}
+
+/// The shipped rates.
+pub fn shipped_rates() -> Result<Vec<SustainedRate>> {
+    let text = EMBEDDED_CALIBRATION
+        .iter()
+        .find(|(p, _)| *p == SUSTAINED_GEMM_PATH)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| anyhow!("calibration/{SUSTAINED_GEMM_PATH} is not embedded"))?;
+    parse_rates(text, &format!("calibration/{SUSTAINED_GEMM_PATH}"))
+}
+
+/// The sustained bf16 GEMM rate (TFLOP/s) the `tier` may use on `gpu`, with where it comes
+/// from. Target: the GPU's own measurement, else a same-die GPU's (same architecture, SMs,
+/// clocks, peaks and power limit). Cross-gen: same-die GPUs' measurements only, never the
+/// GPU's own. Roofline: none (the baseline stays plain). None where nothing applies.
+pub fn sustained_bf16_tflops(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate]) -> Result<Option<(f64, String)>> {
+    if tier == Tier::Roofline {
+        return Ok(None);
+    }
+    if tier == Tier::Target {
+        if let Some(r) = rates.iter().find(|r| r.id == gpu.id) {
+            return Ok(Some((r.bf16_tflops, format!("{} measured", r.id))));
+        }
+    }
+    let specs = builtin_specs()?;
+    let siblings: Vec<&SustainedRate> = rates
+        .iter()
+        .filter(|r| r.id != gpu.id && specs.iter().any(|s| s.id == r.id && s.same_compute_die(gpu)))
+        .collect();
+    if siblings.is_empty() {
+        return Ok(None);
+    }
+    let mean = siblings.iter().map(|r| r.bf16_tflops).sum::<f64>() / siblings.len() as f64;
+    let from = siblings.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
+    Ok(Some((mean, format!("same die as {from}, measured there"))))
+}
+
+/// `predicted_us` for `k` no faster than `tflops` allows, for a dense bf16/fp16 GEMM (other
+/// kernels and formats are returned unchanged: only those were measured under load).
+pub fn capped_us(k: &Kernel, predicted_us: f64, tflops: f64) -> f64 {
+    if k.op != Op::Gemm || !matches!(k.dtype, Dtype::Bf16 | Dtype::Fp16) {
+        return predicted_us;
+    }
+    let flops = 2.0 * k.m as f64 * k.n as f64 * k.k as f64;
+    predicted_us.max(flops / (tflops * 1e6))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::load_gpu;
+
+    #[test]
+    fn each_sustained_rate_reproduces_from_its_raw_measurement() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        for r in shipped_rates().unwrap() {
+            let text = std::fs::read_to_string(root.join(&r.raw)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let tflop = v["tflop_per_step"].as_f64().unwrap();
+            let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == "sustained").unwrap();
+            let mut ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
+            ms.sort_by(f64::total_cmp);
+            let n = ms.len();
+            let median = if n % 2 == 1 { ms[n / 2] } else { (ms[n / 2 - 1] + ms[n / 2]) / 2.0 };
+            let tflops = tflop / median * 1e3;
+            assert!((tflops - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {tflops:.2}", r.id, r.bf16_tflops, r.raw);
+        }
+    }
+
+    #[test]
+    fn cross_gen_never_uses_the_gpus_own_rate_and_roofline_none() {
+        let rates = shipped_rates().unwrap();
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let h200 = load_gpu("h200_sxm").unwrap();
+        let own = |id: &str| rates.iter().find(|r| r.id == id).unwrap().bf16_tflops;
+        assert_eq!(sustained_bf16_tflops(&h200, Tier::Target, &rates).unwrap().unwrap().0, own("h200_sxm"));
+        // Same die, same 700 W: cross-gen carries the sibling's measurement over.
+        assert_eq!(sustained_bf16_tflops(&h200, Tier::CrossGen, &rates).unwrap().unwrap().0, own("h100_sxm"));
+        assert_eq!(sustained_bf16_tflops(&h100, Tier::CrossGen, &rates).unwrap().unwrap().0, own("h200_sxm"));
+        assert!(sustained_bf16_tflops(&h100, Tier::Roofline, &rates).unwrap().is_none());
+        // Another die (or power limit): nothing measured applies.
+        for id in ["a100_sxm", "b200_sxm", "h100_pcie", "l40s"] {
+            assert!(sustained_bf16_tflops(&load_gpu(id).unwrap(), Tier::Target, &rates).unwrap().is_none(), "{id}");
+        }
+    }
+
+    #[test]
+    fn only_bf16_gemms_slower_than_the_rate_are_capped() {
+        let big = Kernel { m: 8192, n: 34816, k: 5120, ..Kernel::new(Op::Gemm, Dtype::Bf16) };
+        let flops = 2.0 * 8192.0 * 34816.0 * 5120.0;
+        // Priced at 900 TFLOPS by a table: capped at 685.7.
+        assert!((capped_us(&big, flops / 900e6, 685.7) - flops / 685.7e6).abs() < 1e-6);
+        // Already slower than the cap: unchanged.
+        assert_eq!(capped_us(&big, flops / 500e6, 685.7), flops / 500e6);
+        let fp8 = Kernel { dtype: Dtype::Fp8, ..big.clone() };
+        assert_eq!(capped_us(&fp8, 1.0, 685.7), 1.0);
+        let attn = Kernel::new(Op::AttnPrefill, Dtype::Bf16);
+        assert_eq!(capped_us(&attn, 1.0, 685.7), 1.0);
+    }
+
+    #[test]
+    fn a_bad_rates_file_names_the_field() {
+        let e = parse_rates("[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = -3\nraw = \"x\"\nnote = \"y\"\n", "f.toml").unwrap_err().to_string();
+        assert!(e.contains("f.toml") && e.contains("bf16_tflops"), "{e}");
+        let e = parse_rates("[[gpu]]\nid = \"h900\"\nbf16_tflops = 3\nraw = \"x\"\nnote = \"y\"\n", "f.toml").unwrap_err().to_string();
+        assert!(e.contains("'id' = 'h900'") && e.contains("h100_sxm"), "{e}");
+    }
+}
