@@ -58,6 +58,10 @@ fn json_summary_has_the_promised_fields() {
     // The summary says which tier was asked for and which ran.
     let j = sim(&["--num-requests", "20", "--tier", "cross-gen"]).json();
     assert_eq!(j["tier_requested"], "cross-gen");
+    // The H200's GEMMs are capped at the power-limit rate: cross-gen takes the H100's (same die).
+    assert_eq!(j["sustained_gemm"]["bf16_tflops"], 685.7);
+    assert!(j["sustained_gemm"]["source"].as_str().unwrap().contains("h100_sxm"));
+    assert!(sim(&["--num-requests", "20", "--tier", "roofline"]).json()["sustained_gemm"].is_null());
     assert_eq!(j["tier"], j["timing_model"].as_str().unwrap().split(' ').next().unwrap());
     // Output tokens over the duration, by definition.
     let tput = j["output_tokens"].as_f64().unwrap() / j["duration_s"].as_f64().unwrap();

@@ -308,6 +308,10 @@ impl Report {
         v["moe_routing"] = self.scenario.predictor.served_routing().served_name().into();
         v["setup"] = self.scenario.setup.clone().into();
         v["memory"] = serde_json::to_value(&self.scenario.memory).expect("memory plan serializes");
+        v["sustained_gemm"] = match self.scenario.predictor.sustained_gemm() {
+            Some((tflops, from)) => serde_json::json!({ "bf16_tflops": tflops, "source": from }),
+            None => serde_json::Value::Null,
+        };
         v
     }
 }
