@@ -8,9 +8,10 @@ Qwen3-8B prefill step's GEMMs (8,192 tokens, 36 layers: qkv 6144x4096, o 4096x40
 24576x4096, down 4096x12288, bf16, random inputs) as "steps", timed with CUDA events, in phases:
   burst:       10 steps after 5 s idle (what a kernel table sees),
   sustained:   steps back to back for --seconds,
-  duty60:      steps with 40 % idle between them for --seconds (a knee-load serving engine),
+  duty60:      steps with 40 % idle between them for --seconds (a knee-load serving engine;
+               --idle-fracs adds phases at other idle fractions, dutyNN = NN % busy),
 while nvidia-smi samples SM clock, power and temperature every 50 ms. Nothing is changed on the
-GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25] [--shapes N:K,... --layers L]
+GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25] [--shapes N:K,... --layers L] [--idle-fracs 0.4,0.1]
 (default shapes: Qwen3-8B's; Qwen3-14B's are 7168:5120,5120:5120,34816:5120,5120:17408 x 40 layers)
 """
 import argparse
@@ -32,6 +33,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=25.0)
     ap.add_argument("--shapes", help="per-layer GEMMs as N:K pairs, comma-separated (default: Qwen3-8B's)")
     ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--idle-fracs", default="0.4",
+                    help="comma-separated idle fractions, one duty-cycle phase each (0.4: 'duty60', 40 %% idle between steps)")
     a = ap.parse_args()
     shapes = [tuple(int(v) for v in p.split(":")) for p in a.shapes.split(",")] if a.shapes else SHAPES
     layers = a.layers
@@ -76,7 +79,10 @@ def main():
     timed("sustained", until=a.seconds)
     time.sleep(5)
     timed("burst_after_rest", count=10)
-    timed("duty60", until=a.seconds, idle_frac=0.4)
+    for f in (float(x) for x in a.idle_fracs.split(",")):
+        if not 0.0 < f < 1.0:
+            raise SystemExit(f"--idle-fracs: {f} is not a fraction in (0, 1)")
+        timed(f"duty{round(100 * (1 - f))}", until=a.seconds, idle_frac=f)
     smi.terminate()
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "tokens": TOKENS, "layers": layers, "shapes_nk": shapes, "tflop_per_step": flops / 1e12, "phases": phases}
