@@ -10,8 +10,6 @@ use crate::schema::{Dtype, Kernel, Op};
 use anyhow::{anyhow, bail, Result};
 use serde::Deserialize;
 
-include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
-
 pub const SUSTAINED_GEMM_PATH: &str = "power/sustained_gemm.toml";
 
 #[derive(Debug, Clone, Deserialize)]
@@ -47,12 +45,10 @@ pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
 
 /// The shipped rates.
 pub fn shipped_rates() -> Result<Vec<SustainedRate>> {
-    let text = EMBEDDED_CALIBRATION
-        .iter()
-        .find(|(p, _)| *p == SUSTAINED_GEMM_PATH)
-        .map(|(_, t)| *t)
+    let text = crate::calibrate::store::Store::Embedded
+        .text(SUSTAINED_GEMM_PATH)?
         .ok_or_else(|| anyhow!("calibration/{SUSTAINED_GEMM_PATH} is not embedded"))?;
-    parse_rates(text, &format!("calibration/{SUSTAINED_GEMM_PATH}"))
+    parse_rates(&text, &format!("calibration/{SUSTAINED_GEMM_PATH}"))
 }
 
 /// The sustained bf16 GEMM rate (TFLOP/s) the `tier` may use on `gpu`, with where it comes
@@ -87,8 +83,7 @@ pub fn capped_us(k: &Kernel, predicted_us: f64, tflops: f64) -> f64 {
     if k.op != Op::Gemm || !matches!(k.dtype, Dtype::Bf16 | Dtype::Fp16) {
         return predicted_us;
     }
-    let flops = 2.0 * k.m as f64 * k.n as f64 * k.k as f64;
-    predicted_us.max(flops / (tflops * 1e6))
+    predicted_us.max(crate::kernels::cost::flops(k) / (tflops * 1e6))
 }
 
 #[cfg(test)]
@@ -104,11 +99,8 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
             let tflop = v["tflop_per_step"].as_f64().unwrap();
             let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == "sustained").unwrap();
-            let mut ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
-            ms.sort_by(f64::total_cmp);
-            let n = ms.len();
-            let median = if n % 2 == 1 { ms[n / 2] } else { (ms[n / 2 - 1] + ms[n / 2]) / 2.0 };
-            let tflops = tflop / median * 1e3;
+            let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
+            let tflops = tflop / crate::quantile::median(&ms) * 1e3;
             assert!((tflops - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {tflops:.2}", r.id, r.bf16_tflops, r.raw);
         }
     }
