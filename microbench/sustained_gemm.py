@@ -10,8 +10,13 @@ Qwen3-8B prefill step's GEMMs (8,192 tokens, 36 layers: qkv 6144x4096, o 4096x40
   sustained:   steps back to back for --seconds,
   duty60:      steps with 40 % idle between them for --seconds (a knee-load serving engine;
                --idle-fracs adds phases at other idle fractions, dutyNN = NN % busy),
+  fineNN_idle / fineNN_copy: serving-sized steps (--fine-layers layers, ~20-40 ms, shorter than the
+               power controller's ~100 ms reaction) with (100-NN) % of the time idle or filled with
+               HBM-bound copies (what attention and decode kernels do between a step's GEMMs), per
+               --fine-fracs; only the GEMMs are timed,
 while nvidia-smi samples SM clock, power and temperature every 50 ms. Nothing is changed on the
 GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25] [--shapes N:K,... --layers L] [--idle-fracs 0.4,0.1]
+  [--fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8]
 (default shapes: Qwen3-8B's; Qwen3-14B's are 7168:5120,5120:5120,34816:5120,5120:17408 x 40 layers)
 """
 import argparse
@@ -35,6 +40,10 @@ def main():
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--idle-fracs", default="0.4",
                     help="comma-separated idle fractions, one duty-cycle phase each (0.4: 'duty60', 40 %% idle between steps)")
+    ap.add_argument("--fine-fracs", default="",
+                    help="comma-separated non-GEMM fractions for the fine-grained phases (idle and copy-filled, one each)")
+    ap.add_argument("--fine-layers", type=int, default=4, help="layers per fine-grained step")
+    ap.add_argument("--fine-seconds", type=float, default=8.0)
     a = ap.parse_args()
     shapes = [tuple(int(v) for v in p.split(":")) for p in a.shapes.split(",")] if a.shapes else SHAPES
     layers = a.layers
@@ -46,8 +55,8 @@ def main():
     w = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 for n, k in shapes] for _ in range(layers)]
     flops = 2 * TOKENS * sum(n * k for n, k in shapes) * layers
 
-    def step():
-        for layer in w:
+    def step(layers_run=None):
+        for layer in w[:layers_run]:
             for (n, k), wt in zip(shapes, layer):
                 torch.matmul(x[k], wt.t())
 
@@ -55,21 +64,47 @@ def main():
                             "--format=csv,noheader", "-lms", "50"], stdout=open(os.path.join(a.out, "smi.csv"), "w"))
     phases = []
 
-    def timed(name, until=None, count=None, idle_frac=0.0):
+    # HBM-bound filler: device-to-device copies of 256 MiB (a decode step's attention and
+    # elementwise kernels stream memory, drawing less power than tensor cores at full clock).
+    src = torch.randn(64 << 20, device=dev, dtype=torch.float32, generator=g)
+    dst = torch.empty_like(src)
+
+    def copy_ms():
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(3):
+            dst.copy_(src)
+        s.record()
+        for _ in range(20):
+            dst.copy_(src)
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / 20
+
+    def timed(name, until=None, count=None, idle_frac=0.0, layers_run=None, fill=None):
         rec = []
         t_end = time.time() + until if until else None
         while (count is None or len(rec) < count) and (t_end is None or time.time() < t_end):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             wall = time.time()
             s.record()
-            step()
+            step(layers_run)
             e.record()
+            gap_ms = (rec[-1]["ms"] if rec else 0.0) * idle_frac / (1 - idle_frac)
+            if fill is not None:
+                for _ in range(round(gap_ms / fill)):
+                    dst.copy_(src)
             e.synchronize()
+            torch.cuda.synchronize()
             ms = s.elapsed_time(e)
             rec.append({"t_s": round(wall - t0, 4), "ms": round(ms, 4)})
-            if idle_frac > 0:
+            if idle_frac > 0 and fill is None:
                 time.sleep(ms / 1e3 * idle_frac / (1 - idle_frac))
-        phases.append({"phase": name, "steps": rec})
+        phase = {"phase": name, "steps": rec}
+        if layers_run is not None:
+            phase.update({"layers": layers_run, "gemm_frac": round(1 - idle_frac, 3), "gap": "copy" if fill else "idle"})
+            if fill:
+                phase["copy_ms_each"] = round(fill, 4)
+        phases.append(phase)
 
     t0 = time.time()
     step()
@@ -83,12 +118,24 @@ def main():
         if not 0.0 < f < 1.0:
             raise SystemExit(f"--idle-fracs: {f} is not a fraction in (0, 1)")
         timed(f"duty{round(100 * (1 - f))}", until=a.seconds, idle_frac=f)
+    fine = [float(x) for x in a.fine_fracs.split(",") if x]
+    if fine:
+        one_copy_ms = copy_ms()
+        time.sleep(3)
+        timed("fine_sustained", until=a.fine_seconds, layers_run=a.fine_layers)
+    for f in fine:
+        if not 0.0 < f < 1.0:
+            raise SystemExit(f"--fine-fracs: {f} is not a fraction in (0, 1)")
+        busy = round(100 * (1 - f))
+        timed(f"fine{busy}_idle", until=a.fine_seconds, idle_frac=f, layers_run=a.fine_layers)
+        timed(f"fine{busy}_copy", until=a.fine_seconds, idle_frac=f, layers_run=a.fine_layers, fill=one_copy_ms)
     smi.terminate()
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "tokens": TOKENS, "layers": layers, "shapes_nk": shapes, "tflop_per_step": flops / 1e12, "phases": phases}
     with open(os.path.join(a.out, "sustained_gemm.json"), "w") as f:
         json.dump(out, f, indent=1)
     for p in phases:
+        flops = 2 * TOKENS * sum(n * k for n, k in shapes) * p.get("layers", layers)
         ms = sorted(r["ms"] for r in p["steps"])
         first = [r["ms"] for r in p["steps"][:5]]
         last = [r["ms"] for r in p["steps"][-5:]]
