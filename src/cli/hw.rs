@@ -196,9 +196,14 @@ pub fn render_show(s: &GpuSpec) -> String {
     say!("\nPower and price");
     say!("  TDP               {} W", num(s.tdp_w));
     // Measured, not a datasheet figure: the rate serving steps' bf16 GEMMs are capped at.
-    let sustained = crate::perf::power_cap::shipped_rates().and_then(|r| crate::perf::power_cap::sustained_bf16_tflops(s, crate::perf::Tier::Target, &r));
+    let sustained = crate::perf::power_cap::shipped_rates().and_then(|r| crate::perf::power_cap::power_cap(s, crate::perf::Tier::Target, &r));
     match sustained {
-        Ok(Some((tflops, from))) => say!("  bf16 GEMMs held   {} TFLOPS back to back at the power limit ({from}; calibration/power/sustained_gemm.toml)", num(tflops)),
+        Ok(Some(cap)) => say!(
+            "  bf16 GEMMs held   {} TFLOPS back to back at the power limit, {} with idle between steps ({}; calibration/power/sustained_gemm.toml)",
+            num(cap.sustained_tflops()),
+            num(cap.tflops_at(0.0)),
+            cap.from
+        ),
         _ => say!("  bf16 GEMMs held   - (not measured for this die)"),
     }
     match s.price_usd_per_hour {

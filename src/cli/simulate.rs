@@ -309,7 +309,7 @@ impl Report {
         v["setup"] = self.scenario.setup.clone().into();
         v["memory"] = serde_json::to_value(&self.scenario.memory).expect("memory plan serializes");
         v["sustained_gemm"] = match self.scenario.predictor.sustained_gemm() {
-            Some((tflops, from)) => serde_json::json!({ "bf16_tflops": tflops, "source": from }),
+            Some(cap) => serde_json::json!({ "bf16_tflops": cap.sustained_tflops(), "bf16_tflops_most_idle": cap.tflops_at(0.0), "source": cap.from }),
             None => serde_json::Value::Null,
         };
         v

@@ -2,7 +2,9 @@
 //! Kernel tables time each shape in a short burst, below the limit; a chain of large GEMMs
 //! pins the GPU at its limit from the first step and runs slower (H100: 686 TFLOPS sustained
 //! where the tables show up to ~860). `calibration/power/sustained_gemm.toml` holds the
-//! measured rates; the simulator caps bf16/fp16 GEMMs at them.
+//! measured rates; the simulator caps bf16/fp16 GEMMs at them. Where the GPU also ran the chain
+//! with idle between steps, the cap relaxes with the share of a step's time the tensor cores
+//! work (`PowerCap::tflops_at`): the limit bounds average power, and idle time lowers it.
 
 use super::Tier;
 use crate::hardware::{builtin_specs, GpuSpec};
@@ -20,6 +22,63 @@ pub struct SustainedRate {
     /// The measurement the rate comes from (path from the repository root).
     pub raw: String,
     pub note: String,
+    /// The rate with idle between steps, per share of time spent in the GEMMs.
+    #[serde(default)]
+    pub duty: Vec<DutyRate>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DutyRate {
+    /// Share of the wall time the GPU ran the GEMM chain, in (0, 1).
+    pub gemm_frac: f64,
+    pub bf16_tflops: f64,
+    /// The phase of `raw` it comes from.
+    pub phase: String,
+}
+
+/// The bf16 GEMM rate a GPU holds at its power limit, by the share of the time its GEMMs run.
+#[derive(Debug, Clone)]
+pub struct PowerCap {
+    /// Each source GPU's (GEMM share, TFLOPS) points, ascending in share, ending at (1, sustained).
+    curves: Vec<Vec<(f64, f64)>>,
+    /// Where the rate comes from.
+    pub from: String,
+}
+
+impl PowerCap {
+    fn new(rates: &[&SustainedRate], from: String) -> PowerCap {
+        let curves = rates
+            .iter()
+            .map(|r| {
+                let mut pts: Vec<(f64, f64)> = r.duty.iter().map(|d| (d.gemm_frac, d.bf16_tflops)).collect();
+                pts.push((1.0, r.bf16_tflops));
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                pts
+            })
+            .collect();
+        PowerCap { curves, from }
+    }
+
+    /// Back to back (GEMMs all the time).
+    pub fn sustained_tflops(&self) -> f64 {
+        self.tflops_at(1.0)
+    }
+
+    /// The rate when GEMMs run `gemm_frac` of the time: linear between measured shares, and no
+    /// faster than the least-loaded measurement below them (nothing measured says how fast).
+    pub fn tflops_at(&self, gemm_frac: f64) -> f64 {
+        let at = |pts: &[(f64, f64)]| {
+            let f = gemm_frac.clamp(pts[0].0, 1.0);
+            let i = pts.iter().position(|p| p.0 >= f).unwrap_or(pts.len() - 1);
+            if i == 0 {
+                return pts[0].1;
+            }
+            let ((f0, r0), (f1, r1)) = (pts[i - 1], pts[i]);
+            r0 + (r1 - r0) * (f - f0) / (f1 - f0)
+        };
+        self.curves.iter().map(|c| at(c)).sum::<f64>() / self.curves.len() as f64
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -39,6 +98,14 @@ pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
         if !known.iter().any(|s| s.id == r.id) {
             bail!("{origin}: gpu[{i}] field 'id' = '{}' is not a GPU in hw_specs/ (known: {})", r.id, known.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", "));
         }
+        for (j, d) in r.duty.iter().enumerate() {
+            if !(d.gemm_frac > 0.0 && d.gemm_frac < 1.0) {
+                bail!("{origin}: gpu[{i}].duty[{j}] field 'gemm_frac' must be a share in (0, 1), got {}", d.gemm_frac);
+            }
+            if !(d.bf16_tflops >= r.bf16_tflops && d.bf16_tflops.is_finite()) {
+                bail!("{origin}: gpu[{i}].duty[{j}] field 'bf16_tflops' must be a number of TFLOP/s no lower than the sustained {} (idle lowers the power drawn), got {}", r.bf16_tflops, d.bf16_tflops);
+            }
+        }
     }
     Ok(f.gpu)
 }
@@ -51,17 +118,17 @@ pub fn shipped_rates() -> Result<Vec<SustainedRate>> {
     parse_rates(&text, &format!("calibration/{SUSTAINED_GEMM_PATH}"))
 }
 
-/// The sustained bf16 GEMM rate (TFLOP/s) the `tier` may use on `gpu`, with where it comes
-/// from. Target: the GPU's own measurement, else a same-die GPU's (same architecture, SMs,
-/// clocks, peaks and power limit). Cross-gen: same-die GPUs' measurements only, never the
-/// GPU's own. Roofline: none (the baseline stays plain). None where nothing applies.
-pub fn sustained_bf16_tflops(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate]) -> Result<Option<(f64, String)>> {
+/// The power cap on bf16 GEMMs the `tier` may use on `gpu`, with where it comes from.
+/// Target: the GPU's own measurement, else a same-die GPU's (same architecture, SMs, clocks,
+/// peaks and power limit). Cross-gen: same-die GPUs' measurements only, never the GPU's own.
+/// Roofline: none (the baseline stays plain). None where nothing applies.
+pub fn power_cap(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate]) -> Result<Option<PowerCap>> {
     if tier == Tier::Roofline {
         return Ok(None);
     }
     if tier == Tier::Target {
         if let Some(r) = rates.iter().find(|r| r.id == gpu.id) {
-            return Ok(Some((r.bf16_tflops, format!("{} measured", r.id))));
+            return Ok(Some(PowerCap::new(&[r], format!("{} measured", r.id))));
         }
     }
     let specs = builtin_specs()?;
@@ -72,15 +139,18 @@ pub fn sustained_bf16_tflops(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate])
     if siblings.is_empty() {
         return Ok(None);
     }
-    let mean = siblings.iter().map(|r| r.bf16_tflops).sum::<f64>() / siblings.len() as f64;
     let from = siblings.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
-    Ok(Some((mean, format!("same die as {from}, measured there"))))
+    Ok(Some(PowerCap::new(&siblings, format!("same die as {from}, measured there"))))
 }
 
-/// `predicted_us` for `k` no faster than `tflops` allows, for a dense bf16/fp16 GEMM (other
-/// kernels and formats are returned unchanged: only those were measured under load).
+/// Whether the cap applies to `k`: dense bf16/fp16 GEMMs only (only those were measured under load).
+pub fn is_capped(k: &Kernel) -> bool {
+    k.op == Op::Gemm && matches!(k.dtype, Dtype::Bf16 | Dtype::Fp16)
+}
+
+/// `predicted_us` for `k` no faster than `tflops` allows, where the cap applies to `k`.
 pub fn capped_us(k: &Kernel, predicted_us: f64, tflops: f64) -> f64 {
-    if k.op != Op::Gemm || !matches!(k.dtype, Dtype::Bf16 | Dtype::Fp16) {
+    if !is_capped(k) {
         return predicted_us;
     }
     predicted_us.max(crate::kernels::cost::flops(k) / (tflops * 1e6))
@@ -98,10 +168,17 @@ mod tests {
             let text = std::fs::read_to_string(root.join(&r.raw)).unwrap();
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
             let tflop = v["tflop_per_step"].as_f64().unwrap();
-            let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == "sustained").unwrap();
-            let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
-            let tflops = tflop / crate::quantile::median(&ms) * 1e3;
-            assert!((tflops - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {tflops:.2}", r.id, r.bf16_tflops, r.raw);
+            let tflops = |name: &str| {
+                let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap();
+                let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
+                tflop / crate::quantile::median(&ms) * 1e3
+            };
+            assert!((tflops("sustained") - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {:.2}", r.id, r.bf16_tflops, r.raw, tflops("sustained"));
+            for d in &r.duty {
+                assert!((tflops(&d.phase) - d.bf16_tflops).abs() < 0.05, "{} {}: file says {}, raw gives {:.2}", r.id, d.phase, d.bf16_tflops, tflops(&d.phase));
+                // The phase name says its GEMM share (dutyNN: NN % busy).
+                assert_eq!(d.phase, format!("duty{}", (d.gemm_frac * 100.0).round()), "{}", r.id);
+            }
         }
     }
 
@@ -111,15 +188,32 @@ mod tests {
         let h100 = load_gpu("h100_sxm").unwrap();
         let h200 = load_gpu("h200_sxm").unwrap();
         let own = |id: &str| rates.iter().find(|r| r.id == id).unwrap().bf16_tflops;
-        assert_eq!(sustained_bf16_tflops(&h200, Tier::Target, &rates).unwrap().unwrap().0, own("h200_sxm"));
+        assert_eq!(power_cap(&h200, Tier::Target, &rates).unwrap().unwrap().sustained_tflops(), own("h200_sxm"));
         // Same die, same 700 W: cross-gen carries the sibling's measurement over.
-        assert_eq!(sustained_bf16_tflops(&h200, Tier::CrossGen, &rates).unwrap().unwrap().0, own("h100_sxm"));
-        assert_eq!(sustained_bf16_tflops(&h100, Tier::CrossGen, &rates).unwrap().unwrap().0, own("h200_sxm"));
-        assert!(sustained_bf16_tflops(&h100, Tier::Roofline, &rates).unwrap().is_none());
+        assert_eq!(power_cap(&h200, Tier::CrossGen, &rates).unwrap().unwrap().sustained_tflops(), own("h100_sxm"));
+        assert_eq!(power_cap(&h100, Tier::CrossGen, &rates).unwrap().unwrap().sustained_tflops(), own("h200_sxm"));
+        assert!(power_cap(&h100, Tier::Roofline, &rates).unwrap().is_none());
         // Another die (or power limit): nothing measured applies.
         for id in ["a100_sxm", "b200_sxm", "h100_pcie", "l40s"] {
-            assert!(sustained_bf16_tflops(&load_gpu(id).unwrap(), Tier::Target, &rates).unwrap().is_none(), "{id}");
+            assert!(power_cap(&load_gpu(id).unwrap(), Tier::Target, &rates).unwrap().is_none(), "{id}");
         }
+    }
+
+    #[test]
+    fn the_cap_relaxes_with_idle_between_the_gemms_only_as_far_as_measured() {
+        let rates = shipped_rates().unwrap();
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let cap = power_cap(&h100, Tier::Target, &rates).unwrap().unwrap();
+        let own = rates.iter().find(|r| r.id == "h100_sxm").unwrap();
+        let least = own.duty.iter().min_by(|a, b| a.gemm_frac.total_cmp(&b.gemm_frac)).expect("the H100 ran a duty-cycle phase");
+        assert_eq!(cap.tflops_at(1.0), own.bf16_tflops);
+        assert!((cap.tflops_at(least.gemm_frac) - least.bf16_tflops).abs() < 1e-9);
+        // Between the measured shares: in between; below them: no faster than the least-loaded one.
+        let mid = cap.tflops_at((1.0 + least.gemm_frac) / 2.0);
+        assert!(mid > own.bf16_tflops && mid < least.bf16_tflops, "{mid}");
+        assert_eq!(cap.tflops_at(0.05), least.bf16_tflops);
+        let e = parse_rates("[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[[gpu.duty]]\ngemm_frac = 0.6\nbf16_tflops = 500\nphase = \"duty60\"\n", "f.toml").unwrap_err().to_string();
+        assert!(e.contains("gpu[0].duty[0]") && e.contains("bf16_tflops"), "{e}");
     }
 
     #[test]

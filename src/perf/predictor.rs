@@ -37,9 +37,9 @@ pub struct Predictor {
     pub host: HostOverhead,
     pub attention_impl: AttentionImpl,
     kernel_model: Arc<dyn KernelTimeModel>,
-    /// Token-dependent kernels' cost and kernel launch count, by (tokens, sequences, tokens
-    /// routed to experts).
-    token_cache: Mutex<HashMap<(u64, u64, u64), (StepCost, u64)>>,
+    /// Token-dependent kernels' cost at their tables' rates, kernel launch count, and the
+    /// GEMMs the power cap applies to, by (tokens, sequences, tokens routed to experts).
+    token_cache: Mutex<HashMap<(u64, u64, u64), TokenCost>>,
     /// CUDA graphs over padded shapes (None: eager or unpadded engines).
     graphs: Option<CudaGraphs>,
     /// Ops the engine runs as several small elementwise kernels, with their kernel counts.
@@ -64,9 +64,28 @@ pub struct Predictor {
     /// Eager packed-SDPA engines: the (query, key) shapes cuDNN has built a plan for so far
     /// (None: the engine pads shapes into CUDA graphs, or runs no cuDNN SDPA).
     sdpa_plans: Option<Mutex<HashSet<(u64, u64)>>>,
-    /// Dense bf16 GEMMs run no faster than this under back-to-back steps (`perf::power_cap`),
-    /// with where the rate comes from; None: not measured for this GPU's die, or the roofline tier.
-    sustained_gemm: Option<(f64, String)>,
+    /// Dense bf16 GEMMs run no faster than the GPU holds at its power limit (`perf::power_cap`);
+    /// None: not measured for this GPU's die, or the roofline tier.
+    sustained_gemm: Option<super::power_cap::PowerCap>,
+}
+
+/// The token-count kernels of a step: their cost at the tables' rates, their launches, and
+/// each power-capped GEMM's (time at the tables' rate, FLOPs), all launches of it together.
+#[derive(Clone)]
+struct TokenCost {
+    cost: StepCost,
+    launches: u64,
+    capped_gemms: Arc<[(f64, f64)]>,
+}
+
+/// A step's GPU work before host time: its cost (power cap applied), launches, host load,
+/// the host's own launch time, and the bf16 GEMM rate the cap set (None: no cap).
+struct GpuStep {
+    cost: StepCost,
+    launches: u64,
+    load: StepLoad,
+    launch_us: f64,
+    gemm_tflops: Option<f64>,
 }
 
 impl Predictor {
@@ -80,7 +99,7 @@ impl Predictor {
 
     pub fn with_kernel_model(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, km: Arc<dyn KernelTimeModel>) -> Predictor {
         let sustained_gemm = super::power_cap::shipped_rates()
-            .and_then(|rates| super::power_cap::sustained_bf16_tflops(gpu, km.tier(), &rates))
+            .and_then(|rates| super::power_cap::power_cap(gpu, km.tier(), &rates))
             .expect("calibration/power/sustained_gemm.toml is checked by perf::power_cap's tests");
         Predictor {
             model: model.clone(),
@@ -236,8 +255,10 @@ impl Predictor {
         kernels
     }
 
-    /// Every kernel of one step with its SOL and predicted time.
+    /// Every kernel of one step with its SOL and predicted time (a bf16 GEMM no faster than
+    /// the GPU holds at its power limit in this step).
     pub fn kernel_table(&self, seqs: &[SeqWork]) -> Vec<TimedKernel> {
+        let gemm_tflops = self.gpu_step(seqs, self.async_scheduling).gemm_tflops;
         let (tokens, routed) = self.step_tokens(seqs);
         let mut kernels = self.token_kernels_routed(tokens, seqs.len() as u64, routed);
         kernels.extend(self.attention(seqs));
@@ -245,25 +266,39 @@ impl Predictor {
             .into_iter()
             .map(|instance| {
                 let sol = super::sol::sol_routed(&instance.kernel, &self.gpu, self.kernel_model.served_routing());
-                let predicted_us = self.instance_us(&instance);
+                let us = self.table_rate_us(&instance);
+                let predicted_us = gemm_tflops.map_or(us, |r| super::power_cap::capped_us(&instance.kernel, us, r));
                 TimedKernel { instance, sol, predicted_us }
             })
             .collect()
     }
 
-    /// One launch of `ki` in a serving step: at its kernel tables' rate, a bf16 GEMM no faster
-    /// than the GPU holds at its power limit.
-    fn instance_us(&self, ki: &KernelInstance) -> f64 {
-        let us = self.table_rate_us(ki);
-        match &self.sustained_gemm {
-            Some((tflops, _)) => super::power_cap::capped_us(&ki.kernel, us, *tflops),
-            None => us,
-        }
+    /// The power cap on bf16 GEMMs (None: none applies).
+    pub fn sustained_gemm(&self) -> Option<&super::power_cap::PowerCap> {
+        self.sustained_gemm.as_ref()
     }
 
-    /// The sustained GEMM rate the predictor caps bf16 GEMMs at, and its source.
-    pub fn sustained_gemm(&self) -> Option<&(f64, String)> {
-        self.sustained_gemm.as_ref()
+    /// The bf16 GEMM rate the power limit allows in a step whose capped GEMMs (`gemms`: time at
+    /// the tables' rate, FLOPs) run among `other_us` of other GPU work, `wall_of` turning GPU
+    /// time into the step's wall time (host gaps idle the GPU). The GEMMs' share of the wall
+    /// time sets the rate and the rate the wall time: a few rounds settle it (the rate moves by
+    /// a few percent). Returns the rate and the GEMMs' time at it.
+    fn capped_gemm_rate(&self, gemms: &[(f64, f64)], other_us: f64, wall_of: impl Fn(f64) -> f64) -> Option<(f64, f64)> {
+        let cap = self.sustained_gemm.as_ref()?;
+        let gemm_us = |tflops: f64| gemms.iter().map(|&(us, flops)| us.max(flops / (tflops * 1e6))).sum::<f64>();
+        // Slower than the cap at its most relaxed (decode steps): the cap cannot bind.
+        let fastest = cap.tflops_at(0.0);
+        if gemms.iter().all(|&(us, flops)| us >= flops / (fastest * 1e6)) {
+            return Some((fastest, gemm_us(fastest)));
+        }
+        // Tensor-core work in time at the sustained rate: a memory-bound GEMM counts for little.
+        let busy_us = gemms.iter().map(|g| g.1).sum::<f64>() / (cap.sustained_tflops() * 1e6);
+        let mut tflops = cap.sustained_tflops();
+        for _ in 0..4 {
+            let wall_us = wall_of(other_us + gemm_us(tflops));
+            tflops = cap.tflops_at(if wall_us > 0.0 { (busy_us / wall_us).min(1.0) } else { 1.0 });
+        }
+        Some((tflops, gemm_us(tflops)))
     }
 
     /// One launch of `ki` at its kernel tables' rate (short bursts), by its own kernel library
@@ -288,27 +323,33 @@ impl Predictor {
         ki.count * self.unfused.get(op).or_else(|| self.launches_per_op.get(op)).copied().unwrap_or(1) as u64
     }
 
-    /// Adds the kernels' time to `cost`; returns how many kernel launches they are (an op the
-    /// engine runs unfused counts each piece).
-    fn add_kernels(&self, cost: &mut StepCost, kernels: &[KernelInstance]) -> u64 {
+    /// Adds the kernels' time at their tables' rates to `cost`, except GEMMs the power cap
+    /// applies to, which go to `capped_gemms` (time, FLOPs); returns how many kernel launches
+    /// they are (an op the engine runs unfused counts each piece).
+    fn add_kernels(&self, cost: &mut StepCost, capped_gemms: &mut Vec<(f64, f64)>, kernels: &[KernelInstance]) -> u64 {
         let mut launches = 0;
         for ki in kernels {
-            let us = self.instance_us(ki) * ki.count as f64;
-            cost.add_class(ki.kernel.op.class(), us);
+            let us = self.table_rate_us(ki) * ki.count as f64;
+            if self.sustained_gemm.is_some() && super::power_cap::is_capped(&ki.kernel) {
+                capped_gemms.push((us, crate::kernels::cost::flops(&ki.kernel) * ki.count as f64));
+            } else {
+                cost.add_class(ki.kernel.op.class(), us);
+            }
             launches += self.launches(ki);
         }
         launches
     }
 
-    fn token_cost(&self, tokens: u64, seqs: u64, routed: u64) -> (StepCost, u64) {
+    fn token_cost(&self, tokens: u64, seqs: u64, routed: u64) -> TokenCost {
         let key = (tokens, seqs, routed);
         if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&key) {
             return c.clone();
         }
-        let mut cost = StepCost::default();
-        let launches = self.add_kernels(&mut cost, &self.token_kernels_routed(tokens, seqs, routed));
-        self.token_cache.lock().expect("cache poisoned").insert(key, (cost.clone(), launches));
-        (cost, launches)
+        let (mut cost, mut gemms) = (StepCost::default(), Vec::new());
+        let launches = self.add_kernels(&mut cost, &mut gemms, &self.token_kernels_routed(tokens, seqs, routed));
+        let c = TokenCost { cost, launches, capped_gemms: gemms.into() };
+        self.token_cache.lock().expect("cache poisoned").insert(key, c.clone());
+        c
     }
 }
 
@@ -317,7 +358,7 @@ impl Predictor {
     pub fn step_launches(&self, seqs: &[SeqWork]) -> u64 {
         let (padded, routed) = self.step_tokens(seqs);
         let attention: u64 = self.attention(seqs).iter().map(|ki| self.launches(ki)).sum();
-        self.token_cost(padded, seqs.len() as u64, routed).1 + attention
+        self.token_cost(padded, seqs.len() as u64, routed).launches + attention
     }
 
     /// What capturing the graph of a step of `kernels` launches involves: its launches, and
@@ -373,25 +414,48 @@ impl Predictor {
     /// `overlap_host`: the host work hides behind the GPU's step (async scheduling with a
     /// step in flight) rather than adding to it.
     fn step_cost(&self, seqs: &[SeqWork], overlap_host: bool) -> (StepCost, Option<CaptureLoad>) {
-        let (padded, routed) = self.step_tokens(seqs);
-        let (mut cost, token_launches) = self.token_cost(padded, seqs.len() as u64, routed);
-        let launches = token_launches + self.add_kernels(&mut cost, &self.attention(seqs));
+        let GpuStep { mut cost, launches, load, launch_us, .. } = self.gpu_step(seqs, overlap_host);
         let gpu_us = cost.total_us;
-        let load = self.step_load(seqs, launches);
-        // Overlapped host work hides behind the GPU's step (and the GPU waits for it when it is
-        // longer); otherwise the host's share adds to the step.
-        let launch_us = self.host.step_us(0.0, &load);
-        let wall_us = if overlap_host { gpu_us.max(launch_us) } else { self.host.step_us(gpu_us, &load) };
+        let wall_us = self.wall_us(gpu_us, &load, launch_us, overlap_host);
         cost.add_class("host", wall_us - gpu_us);
         cost.launch_us = launch_us;
         if self.register_sdpa_plan(seqs) {
             cost.add_class("host", self.host.sdpa_plan_us);
         }
+        let padded = self.step_tokens(seqs).0;
         let capture = self.graphs.as_ref().and_then(|g| g.capture(self.graph_key(g, seqs), padded)).map(|growth| self.capture_load(growth, launches));
         if let Some(c) = &capture {
             cost.add_class("host", self.host.capture_extra_us(gpu_us, c));
         }
         (cost, capture)
+    }
+}
+
+impl Predictor {
+    /// The step's GPU work, its power-capped GEMMs at the rate the step's wall time allows.
+    fn gpu_step(&self, seqs: &[SeqWork], overlap_host: bool) -> GpuStep {
+        let (padded, routed) = self.step_tokens(seqs);
+        let TokenCost { mut cost, launches: token_launches, capped_gemms } = self.token_cost(padded, seqs.len() as u64, routed);
+        let mut attention_gemms = Vec::new();
+        let launches = token_launches + self.add_kernels(&mut cost, &mut attention_gemms, &self.attention(seqs));
+        let load = self.step_load(seqs, launches);
+        let launch_us = self.host.step_us(0.0, &load);
+        let gemms = if attention_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention_gemms).copied().collect() };
+        let capped = self.capped_gemm_rate(&gemms, cost.total_us, |gpu_us| self.wall_us(gpu_us, &load, launch_us, overlap_host));
+        if let Some((_, gemm_us)) = capped {
+            cost.add_class("gemm", gemm_us);
+        }
+        GpuStep { cost, launches, load, launch_us, gemm_tflops: capped.map(|c| c.0) }
+    }
+
+    /// Overlapped host work hides behind the GPU's step (and the GPU waits for it when it is
+    /// longer); otherwise the host's share adds to the step.
+    fn wall_us(&self, gpu_us: f64, load: &StepLoad, launch_us: f64, overlap_host: bool) -> f64 {
+        if overlap_host {
+            gpu_us.max(launch_us)
+        } else {
+            self.host.step_us(gpu_us, load)
+        }
     }
 }
 
@@ -406,7 +470,13 @@ impl StepTimeModel for Predictor {
 
     fn describe(&self) -> String {
         match &self.sustained_gemm {
-            Some((tflops, from)) => format!("{}; bf16 GEMMs at most {tflops:.0} TFLOPS at the power limit ({from})", self.kernel_model.describe()),
+            Some(cap) => format!(
+                "{}; bf16 GEMMs at most {:.0} TFLOPS at the power limit back to back, up to {:.0} with idle time in the step ({})",
+                self.kernel_model.describe(),
+                cap.sustained_tflops(),
+                cap.tflops_at(0.0),
+                cap.from
+            ),
             None => self.kernel_model.describe(),
         }
     }
@@ -436,8 +506,12 @@ mod tests {
         let dep = Deployment::default();
         let step = [SeqWork { new_tokens: 8192, cached_tokens: 0 }];
         let target = Predictor::new(&m, &g, &dep, Tier::Target).unwrap();
-        let (tflops, from) = target.sustained_gemm().cloned().unwrap();
-        assert!(from.contains("h100_sxm measured"), "{from}");
+        let cap = target.sustained_gemm().cloned().unwrap();
+        assert!(cap.from.contains("h100_sxm measured"), "{}", cap.from);
+        // One long prefill step with no host time: GEMMs most of the wall time, so the rate sits
+        // between the back-to-back one and the one measured with idle between steps.
+        let tflops = target.gpu_step(&step, false).gemm_tflops.unwrap();
+        assert!(tflops >= cap.sustained_tflops() && tflops < cap.tflops_at(0.0), "{tflops}");
         let gemms: Vec<TimedKernel> = target.kernel_table(&step).into_iter().filter(|k| k.instance.kernel.op == crate::schema::Op::Gemm).collect();
         let floor = |k: &TimedKernel| k.sol.flops / (tflops * 1e6);
         assert!(gemms.iter().all(|k| k.predicted_us >= floor(k) * (1.0 - 1e-9)));
@@ -447,6 +521,25 @@ mod tests {
         assert!(Predictor::new(&m, &g, &dep, Tier::Roofline).unwrap().sustained_gemm().is_none());
         let uncapped = Predictor { sustained_gemm: None, ..Predictor::new(&m, &g, &dep, Tier::Target).unwrap() };
         assert!(uncapped.step_time(&step).total_us < target.step_time(&step).total_us);
+    }
+
+    #[test]
+    fn host_time_idling_the_gpu_lets_a_steps_gemms_run_faster_under_the_power_limit() {
+        let m = ModelConfig::load("qwen3-14b").unwrap();
+        let g = load_gpu("h100_sxm").unwrap();
+        let dep = Deployment::default();
+        let step = [SeqWork { new_tokens: 4096, cached_tokens: 0 }];
+        let busy = Predictor::new(&m, &g, &dep, Tier::Target).unwrap().with_host_overhead(HostOverhead::zero());
+        let gpu_us = busy.step_time(&step).total_us;
+        // The same step with as much host time again, the GPU idle meanwhile (no async scheduling).
+        let idle = Predictor::new(&m, &g, &dep, Tier::Target).unwrap().with_host_overhead(HostOverhead { per_step_us: gpu_us, ..HostOverhead::zero() });
+        let cap = busy.sustained_gemm().unwrap().clone();
+        let (fast, slow) = (idle.gpu_step(&step, false).gemm_tflops.unwrap(), busy.gpu_step(&step, false).gemm_tflops.unwrap());
+        assert!(fast > slow && fast <= cap.tflops_at(0.0) && slow >= cap.sustained_tflops(), "{fast} {slow}");
+        assert!(idle.step_time(&step).gemm_us < busy.step_time(&step).gemm_us);
+        // Overlapped host work (async scheduling) hides behind the GPU: no idle, no relief.
+        let overlapped = idle.gpu_step(&step, true).gemm_tflops.unwrap();
+        assert!((overlapped - slow).abs() < 1e-4 * slow, "{overlapped} {slow}");
     }
 
     #[test]
