@@ -7,7 +7,7 @@
 //! work (`PowerCap::tflops_at`): the limit bounds average power, and idle time lowers it.
 
 use super::Tier;
-use crate::hardware::{builtin_specs, GpuSpec};
+use crate::hardware::{builtin_spec, builtin_specs, GpuSpec};
 use crate::schema::{Dtype, Kernel, Op};
 use anyhow::{anyhow, bail, Result};
 use serde::Deserialize;
@@ -90,12 +90,12 @@ struct SustainedFile {
 /// Parses and checks the rates file; `origin` names it in errors.
 pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
     let f: SustainedFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
-    let known = builtin_specs()?;
     for (i, r) in f.gpu.iter().enumerate() {
         if !(r.bf16_tflops > 0.0 && r.bf16_tflops.is_finite()) {
             bail!("{origin}: gpu[{i}] field 'bf16_tflops' must be a positive number of TFLOP/s, got {}", r.bf16_tflops);
         }
-        if !known.iter().any(|s| s.id == r.id) {
+        if builtin_spec(&r.id).is_none() {
+            let known = builtin_specs()?;
             bail!("{origin}: gpu[{i}] field 'id' = '{}' is not a GPU in hw_specs/ (known: {})", r.id, known.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", "));
         }
         for (j, d) in r.duty.iter().enumerate() {
@@ -110,12 +110,17 @@ pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
     Ok(f.gpu)
 }
 
-/// The shipped rates.
+/// The shipped rates, parsed once per process (a predictor is built per run replayed).
 pub fn shipped_rates() -> Result<Vec<SustainedRate>> {
-    let text = crate::calibrate::store::Store::Embedded
-        .text(SUSTAINED_GEMM_PATH)?
-        .ok_or_else(|| anyhow!("calibration/{SUSTAINED_GEMM_PATH} is not embedded"))?;
-    parse_rates(&text, &format!("calibration/{SUSTAINED_GEMM_PATH}"))
+    static RATES: std::sync::OnceLock<std::result::Result<Vec<SustainedRate>, String>> = std::sync::OnceLock::new();
+    let parsed = RATES.get_or_init(|| {
+        let text = crate::calibrate::store::Store::Embedded
+            .text(SUSTAINED_GEMM_PATH)
+            .and_then(|t| t.ok_or_else(|| anyhow!("calibration/{SUSTAINED_GEMM_PATH} is not embedded")))
+            .map_err(|e| e.to_string())?;
+        parse_rates(&text, &format!("calibration/{SUSTAINED_GEMM_PATH}")).map_err(|e| e.to_string())
+    });
+    parsed.clone().map_err(|e| anyhow!(e))
 }
 
 /// The power cap on bf16 GEMMs the `tier` may use on `gpu`, with where it comes from.
@@ -131,10 +136,9 @@ pub fn power_cap(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate]) -> Result<O
             return Ok(Some(PowerCap::new(&[r], format!("{} measured", r.id))));
         }
     }
-    let specs = builtin_specs()?;
     let siblings: Vec<&SustainedRate> = rates
         .iter()
-        .filter(|r| r.id != gpu.id && specs.iter().any(|s| s.id == r.id && s.same_compute_die(gpu)))
+        .filter(|r| r.id != gpu.id && builtin_spec(&r.id).is_some_and(|s| s.same_compute_die(gpu)))
         .collect();
     if siblings.is_empty() {
         return Ok(None);
