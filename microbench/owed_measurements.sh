@@ -23,13 +23,18 @@ if [[ "$gpu" == *H200* ]]; then
 fi
 # Pre-registered per GPU: microbench/predictions/sustained_gemm_qwen3_14b.md. The extra idle
 # fractions (10, 20 % idle) measure how the power-limit rate depends on a step's idle time.
-python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
+timeout 200 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
   --shapes 7168:5120,5120:5120,34816:5120,5120:17408 --layers 40 --idle-fracs 0.4,0.1,0.2 --fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8 > "$OUT/sustained.log" 2>&1
 echo "sustained rc=$?"
 python3 microbench/e2e/host_probe.py --out "$OUT/capture/raw" --probes-only --probes host-probe-g1 \
   --probe-layers 2,4,8,12,24,48 --probe-workloads grid_i128_o64_c1,grid_i512_o64_c8,grid_i2048_o64_c8 \
   --deadline-s 110 > "$OUT/capture.log" 2>&1
 echo "capture rc=$?"
+# The same chain in FP8 (torch._scaled_mm; pre-registered in the same file): does the limit bind
+# FP8 GEMMs too?
+timeout 75 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b_fp8" --dtype fp8 --seconds 8 \
+  --shapes 7168:5120,5120:5120,34816:5120,5120:17408 --layers 40 --idle-fracs 0.4 > "$OUT/sustained_fp8.log" 2>&1
+echo "sustained fp8 rc=$?"
 python3 microbench/e2e/host_speed_probe.py --out "$OUT/probe_1.json" > /dev/null 2>&1
 tail -3 "$OUT/capture.log"; ls -R "$OUT" | head -50
 # A device call returns at most a few files: everything goes back as one archive.

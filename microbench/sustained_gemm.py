@@ -16,7 +16,9 @@ Qwen3-8B prefill step's GEMMs (8,192 tokens, 36 layers: qkv 6144x4096, o 4096x40
                --fine-fracs; only the GEMMs are timed,
 while nvidia-smi samples SM clock, power and temperature every 50 ms. Nothing is changed on the
 GPU. Usage: python3 microbench/sustained_gemm.py --out DIR [--seconds 25] [--shapes N:K,... --layers L] [--idle-fracs 0.4,0.1]
-  [--fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8]
+  [--fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8] [--dtype fp8]
+(--dtype fp8: e4m3 inputs and weights through torch._scaled_mm, per-tensor scales, bf16 out: a
+cuBLASLt FP8 GEMM as FP8-checkpoint serving runs its linear layers)
 (default shapes: Qwen3-8B's; Qwen3-14B's are 7168:5120,5120:5120,34816:5120,5120:17408 x 40 layers)
 """
 import argparse
@@ -44,6 +46,7 @@ def main():
                     help="comma-separated non-GEMM fractions for the fine-grained phases (idle and copy-filled, one each)")
     ap.add_argument("--fine-layers", type=int, default=4, help="layers per fine-grained step")
     ap.add_argument("--fine-seconds", type=float, default=8.0)
+    ap.add_argument("--dtype", choices=["bf16", "fp8"], default="bf16")
     a = ap.parse_args()
     shapes = [tuple(int(v) for v in p.split(":")) for p in a.shapes.split(",")] if a.shapes else SHAPES
     layers = a.layers
@@ -54,11 +57,21 @@ def main():
     # Distinct weights per layer (Qwen3-8B: 36 x 4 matrices, 13.9 GB): a step streams them as a model does.
     w = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=g) * 0.02 for n, k in shapes] for _ in range(layers)]
     flops = 2 * TOKENS * sum(n * k for n, k in shapes) * layers
+    if a.dtype == "fp8":
+        x = {k: v.to(torch.float8_e4m3fn) for k, v in x.items()}
+        w = [[wt.to(torch.float8_e4m3fn) for wt in layer] for layer in w]
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def gemm(xk, wt):
+            torch._scaled_mm(xk, wt.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+        def gemm(xk, wt):
+            torch.matmul(xk, wt.t())
 
     def step(layers_run=None):
         for layer in w[:layers_run]:
             for (n, k), wt in zip(shapes, layer):
-                torch.matmul(x[k], wt.t())
+                gemm(x[k], wt)
 
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active",
                             "--format=csv,noheader", "-lms", "50"], stdout=open(os.path.join(a.out, "smi.csv"), "w"))
@@ -130,7 +143,7 @@ def main():
         timed(f"fine{busy}_idle", until=a.fine_seconds, idle_frac=f, layers_run=a.fine_layers)
         timed(f"fine{busy}_copy", until=a.fine_seconds, idle_frac=f, layers_run=a.fine_layers, fill=one_copy_ms)
     smi.terminate()
-    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda, "dtype": a.dtype,
            "tokens": TOKENS, "layers": layers, "shapes_nk": shapes, "tflop_per_step": flops / 1e12, "phases": phases}
     with open(os.path.join(a.out, "sustained_gemm.json"), "w") as f:
         json.dump(out, f, indent=1)
