@@ -127,7 +127,7 @@ def main():
     timed("sustained", until=a.seconds)
     time.sleep(5)
     timed("burst_after_rest", count=10)
-    for f in (float(x) for x in a.idle_fracs.split(",")):
+    for f in (float(x) for x in a.idle_fracs.split(",") if x):
         if not 0.0 < f < 1.0:
             raise SystemExit(f"--idle-fracs: {f} is not a fraction in (0, 1)")
         timed(f"duty{round(100 * (1 - f))}", until=a.seconds, idle_frac=f)

@@ -322,7 +322,7 @@ fn show_text_and_json_cover_every_field() {
     }
     // The measured power-limit GEMM rate: none for the A100, the H100's own for the H100.
     assert!(text.contains("bf16 GEMMs held   - (not measured for this die)"), "{text}");
-    assert!(render_show(&gpu("h100_sxm")).contains("bf16 GEMMs held   685.7 TFLOPS back to back at the power limit, 721.97 with idle between steps (h100_sxm measured"));
+    assert!(render_show(&gpu("h100_sxm")).contains("bf16 GEMMs held   685.7 TFLOPS back to back at the power limit, 767.23 with idle between steps (h100_sxm measured"));
     // JSON round-trips to the same spec.
     let json = serde_json::to_string(&a100).unwrap();
     let back: GpuSpec = serde_json::from_str(&json).unwrap();

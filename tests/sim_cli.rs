@@ -61,7 +61,9 @@ fn json_summary_has_the_promised_fields() {
     // The H200's GEMMs are capped at the power-limit rate: cross-gen takes the H100's (same die).
     assert_eq!(j["sustained_gemm"]["bf16_tflops"], 685.7);
     assert!(j["sustained_gemm"]["source"].as_str().unwrap().contains("h100_sxm"));
-    assert_eq!(j["sustained_gemm"]["bf16_tflops_most_idle"], 721.97);
+    // ... and the H100's relief with idle time (serving-sized steps, measured there only).
+    let most_idle = j["sustained_gemm"]["bf16_tflops_most_idle"].as_f64().unwrap();
+    assert!(most_idle > 1.05 * 685.7 && most_idle < 1.2 * 685.7, "{most_idle}");
     assert!(sim(&["--num-requests", "20", "--tier", "roofline"]).json()["sustained_gemm"].is_null());
     assert_eq!(j["tier"], j["timing_model"].as_str().unwrap().split(' ').next().unwrap());
     // Output tokens over the duration, by definition.

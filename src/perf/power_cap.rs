@@ -2,9 +2,10 @@
 //! Kernel tables time each shape in a short burst, below the limit; a chain of large GEMMs
 //! pins the GPU at its limit from the first step and runs slower (H100: 686 TFLOPS sustained
 //! where the tables show up to ~860). `calibration/power/sustained_gemm.toml` holds the
-//! measured rates; the simulator caps bf16/fp16 GEMMs at them. Where the GPU also ran the chain
-//! with idle between steps, the cap relaxes with the share of a step's time the tensor cores
-//! work (`PowerCap::tflops_at`): the limit bounds average power, and idle time lowers it.
+//! measured rates; the simulator caps bf16/fp16 GEMMs at them. The limiter holds average power
+//! over ~100 ms, longer than a serving step, so a step whose GEMMs fill less of its wall time
+//! runs them faster (`PowerCap::tflops_at`): idle time relieves the limit fully, other kernels
+//! (HBM-bound) partly.
 
 use super::Tier;
 use crate::hardware::{builtin_spec, builtin_specs, GpuSpec};
@@ -22,62 +23,91 @@ pub struct SustainedRate {
     /// The measurement the rate comes from (path from the repository root).
     pub raw: String,
     pub note: String,
-    /// The rate with idle between steps, per share of time spent in the GEMMs.
+    /// How serving-sized steps with time outside the GEMMs run faster.
     #[serde(default)]
-    pub duty: Vec<DutyRate>,
+    pub relief: Option<Relief>,
+}
+
+/// Serving-sized GEMM steps (~30 ms) with idle or copies between them, relative to the same
+/// steps back to back.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Relief {
+    /// The measurement (path from the repository root) and its back-to-back phase.
+    pub raw: String,
+    pub back_to_back_phase: String,
+    /// Rate relative to back to back, per share of the wall time in GEMMs, the rest idle.
+    pub idle: Vec<ReliefPoint>,
+    /// How much a unit of HBM-bound kernel time relieves the limit next to a unit of idle time
+    /// (0: not at all, 1: as much), from the `copy` phases (GEMM share, phase).
+    pub other_kernel_weight: f64,
+    pub copy: Vec<CopyPhase>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DutyRate {
-    /// Share of the wall time the GPU ran the GEMM chain, in (0, 1).
+pub struct ReliefPoint {
+    /// Share of the wall time in GEMMs, in (0, 1).
     pub gemm_frac: f64,
-    pub bf16_tflops: f64,
-    /// The phase of `raw` it comes from.
+    pub relative: f64,
     pub phase: String,
 }
 
-/// The bf16 GEMM rate a GPU holds at its power limit, by the share of the time its GEMMs run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyPhase {
+    pub gemm_frac: f64,
+    pub phase: String,
+}
+
+impl Relief {
+    /// Rate relative to back to back at an idle-equivalent GEMM share: linear between measured
+    /// shares, and no faster than the least-loaded measurement below them.
+    pub fn relative_at(&self, gemm_frac: f64) -> f64 {
+        let mut pts: Vec<(f64, f64)> = self.idle.iter().map(|p| (p.gemm_frac, p.relative)).collect();
+        pts.push((1.0, 1.0));
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let f = gemm_frac.clamp(pts[0].0, 1.0);
+        let i = pts.iter().position(|p| p.0 >= f).unwrap_or(pts.len() - 1);
+        if i == 0 {
+            return pts[0].1;
+        }
+        let ((f0, r0), (f1, r1)) = (pts[i - 1], pts[i]);
+        r0 + (r1 - r0) * (f - f0) / (f1 - f0)
+    }
+}
+
+/// The bf16 GEMM rate a GPU holds at its power limit, by how a step fills its wall time.
 #[derive(Debug, Clone)]
 pub struct PowerCap {
-    /// Each source GPU's (GEMM share, TFLOPS) points, ascending in share, ending at (1, sustained).
-    curves: Vec<Vec<(f64, f64)>>,
+    sustained_tflops: f64,
+    /// None: only the back-to-back rate is known.
+    relief: Option<Relief>,
     /// Where the rate comes from.
     pub from: String,
 }
 
 impl PowerCap {
-    fn new(rates: &[&SustainedRate], from: String) -> PowerCap {
-        let curves = rates
-            .iter()
-            .map(|r| {
-                let mut pts: Vec<(f64, f64)> = r.duty.iter().map(|d| (d.gemm_frac, d.bf16_tflops)).collect();
-                pts.push((1.0, r.bf16_tflops));
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                pts
-            })
-            .collect();
-        PowerCap { curves, from }
-    }
-
     /// Back to back (GEMMs all the time).
     pub fn sustained_tflops(&self) -> f64 {
-        self.tflops_at(1.0)
+        self.sustained_tflops
     }
 
-    /// The rate when GEMMs run `gemm_frac` of the time: linear between measured shares, and no
-    /// faster than the least-loaded measurement below them (nothing measured says how fast).
+    /// The rate when GEMMs run `gemm_frac` of the wall time and the GPU idles the rest.
     pub fn tflops_at(&self, gemm_frac: f64) -> f64 {
-        let at = |pts: &[(f64, f64)]| {
-            let f = gemm_frac.clamp(pts[0].0, 1.0);
-            let i = pts.iter().position(|p| p.0 >= f).unwrap_or(pts.len() - 1);
-            if i == 0 {
-                return pts[0].1;
-            }
-            let ((f0, r0), (f1, r1)) = (pts[i - 1], pts[i]);
-            r0 + (r1 - r0) * (f - f0) / (f1 - f0)
-        };
-        self.curves.iter().map(|c| at(c)).sum::<f64>() / self.curves.len() as f64
+        self.sustained_tflops * self.relief.as_ref().map_or(1.0, |r| r.relative_at(gemm_frac))
+    }
+
+    /// The rate in a step of `wall_us` whose GEMMs keep the tensor cores busy `gemm_us` and
+    /// whose other kernels run `other_us`.
+    pub fn tflops_in(&self, gemm_us: f64, other_us: f64, wall_us: f64) -> f64 {
+        let Some(relief) = &self.relief else { return self.sustained_tflops };
+        if wall_us <= 0.0 {
+            return self.sustained_tflops;
+        }
+        // Other kernels count partly as GEMM time (they draw power, less than tensor cores).
+        let share = (gemm_us + (1.0 - relief.other_kernel_weight) * other_us) / wall_us;
+        self.tflops_at(share.clamp(0.0, 1.0))
     }
 }
 
@@ -98,12 +128,21 @@ pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
             let known = builtin_specs()?;
             bail!("{origin}: gpu[{i}] field 'id' = '{}' is not a GPU in hw_specs/ (known: {})", r.id, known.iter().map(|s| s.id.as_str()).collect::<Vec<_>>().join(", "));
         }
-        for (j, d) in r.duty.iter().enumerate() {
-            if !(d.gemm_frac > 0.0 && d.gemm_frac < 1.0) {
-                bail!("{origin}: gpu[{i}].duty[{j}] field 'gemm_frac' must be a share in (0, 1), got {}", d.gemm_frac);
+        if let Some(rel) = &r.relief {
+            let field = |f: &str| format!("{origin}: gpu[{i}].relief field '{f}'");
+            if !(0.0..=1.0).contains(&rel.other_kernel_weight) {
+                bail!("{} must be a weight in [0, 1], got {}", field("other_kernel_weight"), rel.other_kernel_weight);
             }
-            if !(d.bf16_tflops >= r.bf16_tflops && d.bf16_tflops.is_finite()) {
-                bail!("{origin}: gpu[{i}].duty[{j}] field 'bf16_tflops' must be a number of TFLOP/s no lower than the sustained {} (idle lowers the power drawn), got {}", r.bf16_tflops, d.bf16_tflops);
+            if rel.idle.is_empty() {
+                bail!("{} needs at least one point", field("idle"));
+            }
+            for p in &rel.idle {
+                if !(p.gemm_frac > 0.0 && p.gemm_frac < 1.0) {
+                    bail!("{} gemm_frac must be a share in (0, 1), got {}", field("idle"), p.gemm_frac);
+                }
+                if !(p.relative >= 1.0 && p.relative.is_finite()) {
+                    bail!("{} relative must be >= 1 (idle lowers the power drawn), got {}", field("idle"), p.relative);
+                }
             }
         }
     }
@@ -131,20 +170,32 @@ pub fn power_cap(gpu: &GpuSpec, tier: Tier, rates: &[SustainedRate]) -> Result<O
     if tier == Tier::Roofline {
         return Ok(None);
     }
-    if tier == Tier::Target {
-        if let Some(r) = rates.iter().find(|r| r.id == gpu.id) {
-            return Ok(Some(PowerCap::new(&[r], format!("{} measured", r.id))));
-        }
-    }
     let siblings: Vec<&SustainedRate> = rates
         .iter()
         .filter(|r| r.id != gpu.id && builtin_spec(&r.id).is_some_and(|s| s.same_compute_die(gpu)))
         .collect();
-    if siblings.is_empty() {
-        return Ok(None);
-    }
-    let from = siblings.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
-    Ok(Some(PowerCap::new(&siblings, format!("same die as {from}, measured there"))))
+    let sibling_relief = siblings.iter().find_map(|r| r.relief.as_ref().map(|rel| (rel.clone(), r.id.as_str())));
+    let own = rates.iter().find(|r| r.id == gpu.id).filter(|_| tier == Tier::Target);
+    let (sustained_tflops, mut from) = match own {
+        Some(r) => (r.bf16_tflops, format!("{} measured", r.id)),
+        None if siblings.is_empty() => return Ok(None),
+        None => {
+            let mean = siblings.iter().map(|r| r.bf16_tflops).sum::<f64>() / siblings.len() as f64;
+            let ids = siblings.iter().map(|r| r.id.as_str()).collect::<Vec<_>>().join(", ");
+            (mean, format!("same die as {ids}, measured there"))
+        }
+    };
+    // The relief is the die's power management: the GPU's own where measured, else a sibling's.
+    let relief = match own.and_then(|r| r.relief.clone()) {
+        Some(rel) => Some(rel),
+        None => sibling_relief.map(|(rel, id)| {
+            if own.is_some() {
+                from.push_str(&format!("; relief with idle measured on the same die's {id}"));
+            }
+            rel
+        }),
+    };
+    Ok(Some(PowerCap { sustained_tflops, relief, from }))
 }
 
 /// Whether the cap applies to `k`: dense bf16/fp16 GEMMs only (only those were measured under load).
@@ -165,24 +216,37 @@ mod tests {
     use super::*;
     use crate::hardware::load_gpu;
 
+    /// Median TFLOPS of each phase of a `microbench/sustained_gemm.py` JSON file.
+    fn phase_tflops(raw: &str) -> impl Fn(&str) -> f64 {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join(raw)).unwrap()).unwrap();
+        let per_layer = v["tflop_per_step"].as_f64().unwrap() / v["layers"].as_f64().unwrap();
+        let layers = v["layers"].as_f64().unwrap();
+        move |name: &str| {
+            let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap_or_else(|| panic!("no phase {name}"));
+            let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
+            per_layer * phase["layers"].as_f64().unwrap_or(layers) / crate::quantile::median(&ms) * 1e3
+        }
+    }
+
     #[test]
     fn each_sustained_rate_reproduces_from_its_raw_measurement() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         for r in shipped_rates().unwrap() {
-            let text = std::fs::read_to_string(root.join(&r.raw)).unwrap();
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            let tflop = v["tflop_per_step"].as_f64().unwrap();
-            let tflops = |name: &str| {
-                let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap();
-                let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
-                tflop / crate::quantile::median(&ms) * 1e3
-            };
+            let tflops = phase_tflops(&r.raw);
             assert!((tflops("sustained") - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {:.2}", r.id, r.bf16_tflops, r.raw, tflops("sustained"));
-            for d in &r.duty {
-                assert!((tflops(&d.phase) - d.bf16_tflops).abs() < 0.05, "{} {}: file says {}, raw gives {:.2}", r.id, d.phase, d.bf16_tflops, tflops(&d.phase));
-                // The phase name says its GEMM share (dutyNN: NN % busy).
-                assert_eq!(d.phase, format!("duty{}", (d.gemm_frac * 100.0).round()), "{}", r.id);
+            let Some(rel) = &r.relief else { continue };
+            let tflops = phase_tflops(&rel.raw);
+            let base = tflops(&rel.back_to_back_phase);
+            for p in &rel.idle {
+                assert!((tflops(&p.phase) / base - p.relative).abs() < 5e-4, "{} {}: file says {}, raw gives {:.4}", r.id, p.phase, p.relative, tflops(&p.phase) / base);
             }
+            // The copies' weight: the one (to 0.01) that best predicts the copy-filled phases.
+            let error = |w: f64| -> f64 {
+                let model = Relief { other_kernel_weight: w, ..rel.clone() };
+                rel.copy.iter().map(|c| (model.relative_at(c.gemm_frac + (1.0 - w) * (1.0 - c.gemm_frac)) - tflops(&c.phase) / base).powi(2)).sum()
+            };
+            let best = (0..=100).map(|i| i as f64 / 100.0).min_by(|a, b| error(*a).total_cmp(&error(*b))).unwrap();
+            assert!((best - rel.other_kernel_weight).abs() < 0.011, "{}: file says weight {}, copies give {best}", r.id, rel.other_kernel_weight);
         }
     }
 
@@ -195,7 +259,11 @@ mod tests {
         assert_eq!(power_cap(&h200, Tier::Target, &rates).unwrap().unwrap().sustained_tflops(), own("h200_sxm"));
         // Same die, same 700 W: cross-gen carries the sibling's measurement over.
         assert_eq!(power_cap(&h200, Tier::CrossGen, &rates).unwrap().unwrap().sustained_tflops(), own("h100_sxm"));
-        assert_eq!(power_cap(&h100, Tier::CrossGen, &rates).unwrap().unwrap().sustained_tflops(), own("h200_sxm"));
+        let h100_cross = power_cap(&h100, Tier::CrossGen, &rates).unwrap().unwrap();
+        assert_eq!(h100_cross.sustained_tflops(), own("h200_sxm"));
+        // The H100's relief was measured on the H100 only: its cross-gen cap has none.
+        assert!(rates.iter().find(|r| r.id == "h200_sxm").unwrap().relief.is_none());
+        assert_eq!(h100_cross.tflops_at(0.3), h100_cross.sustained_tflops());
         assert!(power_cap(&h100, Tier::Roofline, &rates).unwrap().is_none());
         // Another die (or power limit): nothing measured applies.
         for id in ["a100_sxm", "b200_sxm", "h100_pcie", "l40s"] {
@@ -204,20 +272,28 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_relaxes_with_idle_between_the_gemms_only_as_far_as_measured() {
+    fn the_cap_relaxes_with_idle_fully_with_other_kernels_partly_only_as_far_as_measured() {
         let rates = shipped_rates().unwrap();
-        let h100 = load_gpu("h100_sxm").unwrap();
-        let cap = power_cap(&h100, Tier::Target, &rates).unwrap().unwrap();
         let own = rates.iter().find(|r| r.id == "h100_sxm").unwrap();
-        let least = own.duty.iter().min_by(|a, b| a.gemm_frac.total_cmp(&b.gemm_frac)).expect("the H100 ran a duty-cycle phase");
+        let rel = own.relief.as_ref().expect("the H100 ran serving-sized steps with idle between");
+        let cap = power_cap(&load_gpu("h100_sxm").unwrap(), Tier::Target, &rates).unwrap().unwrap();
+        let least = rel.idle.iter().min_by(|a, b| a.gemm_frac.total_cmp(&b.gemm_frac)).unwrap();
         assert_eq!(cap.tflops_at(1.0), own.bf16_tflops);
-        assert!((cap.tflops_at(least.gemm_frac) - least.bf16_tflops).abs() < 1e-9);
+        assert!((cap.tflops_at(least.gemm_frac) - least.relative * own.bf16_tflops).abs() < 1e-9);
         // Between the measured shares: in between; below them: no faster than the least-loaded one.
         let mid = cap.tflops_at((1.0 + least.gemm_frac) / 2.0);
-        assert!(mid > own.bf16_tflops && mid < least.bf16_tflops, "{mid}");
-        assert_eq!(cap.tflops_at(0.05), least.bf16_tflops);
-        let e = parse_rates("[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[[gpu.duty]]\ngemm_frac = 0.6\nbf16_tflops = 500\nphase = \"duty60\"\n", "f.toml").unwrap_err().to_string();
-        assert!(e.contains("gpu[0].duty[0]") && e.contains("bf16_tflops"), "{e}");
+        assert!(mid > own.bf16_tflops && mid < least.relative * own.bf16_tflops, "{mid}");
+        assert_eq!(cap.tflops_at(0.05), cap.tflops_at(least.gemm_frac));
+        // 30 ms of GEMMs in a 40 ms step: 10 ms idle relieve more than 10 ms of other kernels.
+        let (idle, busy) = (cap.tflops_in(30.0, 0.0, 40.0), cap.tflops_in(30.0, 10.0, 40.0));
+        assert!(idle > busy && busy > own.bf16_tflops, "{idle} {busy}");
+        // The H200 has no relief of its own: its target cap takes the same die's, on its own rate.
+        let h200 = power_cap(&load_gpu("h200_sxm").unwrap(), Tier::Target, &rates).unwrap().unwrap();
+        assert!((h200.tflops_at(0.7) / h200.sustained_tflops() - cap.tflops_at(0.7) / cap.sustained_tflops()).abs() < 1e-12);
+        assert!(h200.from.contains("h200_sxm measured") && h200.from.contains("h100_sxm"), "{}", h200.from);
+        let bad = "[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[gpu.relief]\nraw = \"x\"\nback_to_back_phase = \"b\"\nother_kernel_weight = 0.5\ncopy = []\nidle = [{ gemm_frac = 0.6, relative = 0.9, phase = \"p\" }]\n";
+        let e = parse_rates(bad, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("gpu[0].relief field 'idle'") && e.contains("relative"), "{e}");
     }
 
     #[test]

@@ -280,23 +280,24 @@ impl Predictor {
 
     /// The bf16 GEMM rate the power limit allows in a step whose capped GEMMs (`gemms`: time at
     /// the tables' rate, FLOPs) run among `other_us` of other GPU work, `wall_of` turning GPU
-    /// time into the step's wall time (host gaps idle the GPU). The GEMMs' share of the wall
+    /// time into the step's wall time (host gaps idle the GPU). How the step fills its wall
     /// time sets the rate and the rate the wall time: a few rounds settle it (the rate moves by
     /// a few percent). Returns the rate and the GEMMs' time at it.
     fn capped_gemm_rate(&self, gemms: &[(f64, f64)], other_us: f64, wall_of: impl Fn(f64) -> f64) -> Option<(f64, f64)> {
         let cap = self.sustained_gemm.as_ref()?;
         let gemm_us = |tflops: f64| gemms.iter().map(|&(us, flops)| us.max(flops / (tflops * 1e6))).sum::<f64>();
-        // Slower than the cap at its most relaxed (decode steps): the cap cannot bind.
-        let fastest = cap.tflops_at(0.0);
-        if gemms.iter().all(|&(us, flops)| us >= flops / (fastest * 1e6)) {
-            return Some((fastest, gemm_us(fastest)));
+        // Slower than the cap at its tightest (decode steps): the cap cannot bind.
+        let tightest = cap.sustained_tflops();
+        if gemms.iter().all(|&(us, flops)| us >= flops / (tightest * 1e6)) {
+            return Some((tightest, gemm_us(tightest)));
         }
-        // Tensor-core work in time at the sustained rate: a memory-bound GEMM counts for little.
-        let busy_us = gemms.iter().map(|g| g.1).sum::<f64>() / (cap.sustained_tflops() * 1e6);
+        let flops: f64 = gemms.iter().map(|g| g.1).sum();
         let mut tflops = cap.sustained_tflops();
         for _ in 0..4 {
-            let wall_us = wall_of(other_us + gemm_us(tflops));
-            tflops = cap.tflops_at(if wall_us > 0.0 { (busy_us / wall_us).min(1.0) } else { 1.0 });
+            let gpu_us = other_us + gemm_us(tflops);
+            // Tensor-core time at the rate; a memory-bound GEMM's remainder counts as other work.
+            let tensor_us = flops / (tflops * 1e6);
+            tflops = cap.tflops_in(tensor_us, gpu_us - tensor_us, wall_of(gpu_us));
         }
         Some((tflops, gemm_us(tflops)))
     }
