@@ -69,13 +69,24 @@ pub struct Predictor {
     sustained_gemm: Option<super::power_cap::PowerCap>,
 }
 
-/// The token-count kernels of a step: their cost at the tables' rates, their launches, and
-/// each power-capped GEMM's (time at the tables' rate, FLOPs), all launches of it together.
+/// The token-count kernels of a step: their cost at the tables' rates, their launches, each
+/// power-capped GEMM's (time at the tables' rate, FLOPs), all launches of it together, and the
+/// other kernels' tensor-core work (`Kernels::tensor_flops`).
 #[derive(Clone)]
 struct TokenCost {
     cost: StepCost,
     launches: u64,
     capped_gemms: Arc<[(f64, f64)]>,
+    tensor_flops: f64,
+}
+
+/// What `Predictor::add_kernels` collects besides the cost: the power-capped GEMMs (time at
+/// the tables' rate, FLOPs) and the other kernels' FLOPs in bf16-equivalents (tensor-core work
+/// that draws power like a GEMM's: attention's matmuls, FP8 GEMMs at half).
+#[derive(Default)]
+struct Kernels {
+    capped_gemms: Vec<(f64, f64)>,
+    tensor_flops: f64,
 }
 
 /// A step's GPU work before host time: its cost (power cap applied), launches, host load,
@@ -283,7 +294,7 @@ impl Predictor {
     /// time into the step's wall time (host gaps idle the GPU). How the step fills its wall
     /// time sets the rate and the rate the wall time: a few rounds settle it (the rate moves by
     /// a few percent). Returns the rate and the GEMMs' time at it.
-    fn capped_gemm_rate(&self, gemms: &[(f64, f64)], other_us: f64, wall_of: impl Fn(f64) -> f64) -> Option<(f64, f64)> {
+    fn capped_gemm_rate(&self, gemms: &[(f64, f64)], other_us: f64, other_tensor_flops: f64, wall_of: impl Fn(f64) -> f64) -> Option<(f64, f64)> {
         let cap = self.sustained_gemm.as_ref()?;
         let gemm_us = |tflops: f64| gemms.iter().map(|&(us, flops)| us.max(flops / (tflops * 1e6))).sum::<f64>();
         // Slower than the cap at its tightest (decode steps): the cap cannot bind.
@@ -291,12 +302,13 @@ impl Predictor {
         if gemms.iter().all(|&(us, flops)| us >= flops / (tightest * 1e6)) {
             return Some((tightest, gemm_us(tightest)));
         }
-        let flops: f64 = gemms.iter().map(|g| g.1).sum();
+        let flops = gemms.iter().map(|g| g.1).sum::<f64>() + other_tensor_flops;
         let mut tflops = cap.sustained_tflops();
         for _ in 0..4 {
             let gpu_us = other_us + gemm_us(tflops);
-            // Tensor-core time at the rate; a memory-bound GEMM's remainder counts as other work.
-            let tensor_us = flops / (tflops * 1e6);
+            // Tensor-core time at the rate, whichever kernel it is in; the rest of the GPU time
+            // (memory-bound kernels, a memory-bound GEMM's remainder) counts as other work.
+            let tensor_us = (flops / (tflops * 1e6)).min(gpu_us);
             tflops = cap.tflops_in(tensor_us, gpu_us - tensor_us, wall_of(gpu_us));
         }
         Some((tflops, gemm_us(tflops)))
@@ -325,16 +337,18 @@ impl Predictor {
     }
 
     /// Adds the kernels' time at their tables' rates to `cost`, except GEMMs the power cap
-    /// applies to, which go to `capped_gemms` (time, FLOPs); returns how many kernel launches
-    /// they are (an op the engine runs unfused counts each piece).
-    fn add_kernels(&self, cost: &mut StepCost, capped_gemms: &mut Vec<(f64, f64)>, kernels: &[KernelInstance]) -> u64 {
+    /// applies to, which go to `out`; returns how many kernel launches they are (an op the
+    /// engine runs unfused counts each piece).
+    fn add_kernels(&self, cost: &mut StepCost, out: &mut Kernels, kernels: &[KernelInstance]) -> u64 {
         let mut launches = 0;
         for ki in kernels {
             let us = self.table_rate_us(ki) * ki.count as f64;
+            let flops = if self.sustained_gemm.is_some() { crate::kernels::cost::flops(&ki.kernel) * ki.count as f64 } else { 0.0 };
             if self.sustained_gemm.is_some() && super::power_cap::is_capped(&ki.kernel) {
-                capped_gemms.push((us, crate::kernels::cost::flops(&ki.kernel) * ki.count as f64));
+                out.capped_gemms.push((us, flops));
             } else {
                 cost.add_class(ki.kernel.op.class(), us);
+                out.tensor_flops += flops * self.gpu.peak_flops(crate::schema::Dtype::Bf16) / self.gpu.peak_flops(ki.kernel.dtype);
             }
             launches += self.launches(ki);
         }
@@ -346,9 +360,9 @@ impl Predictor {
         if let Some(c) = self.token_cache.lock().expect("cache poisoned").get(&key) {
             return c.clone();
         }
-        let (mut cost, mut gemms) = (StepCost::default(), Vec::new());
-        let launches = self.add_kernels(&mut cost, &mut gemms, &self.token_kernels_routed(tokens, seqs, routed));
-        let c = TokenCost { cost, launches, capped_gemms: gemms.into() };
+        let (mut cost, mut k) = (StepCost::default(), Kernels::default());
+        let launches = self.add_kernels(&mut cost, &mut k, &self.token_kernels_routed(tokens, seqs, routed));
+        let c = TokenCost { cost, launches, capped_gemms: k.capped_gemms.into(), tensor_flops: k.tensor_flops };
         self.token_cache.lock().expect("cache poisoned").insert(key, c.clone());
         c
     }
@@ -436,13 +450,14 @@ impl Predictor {
     /// The step's GPU work, its power-capped GEMMs at the rate the step's wall time allows.
     fn gpu_step(&self, seqs: &[SeqWork], overlap_host: bool) -> GpuStep {
         let (padded, routed) = self.step_tokens(seqs);
-        let TokenCost { mut cost, launches: token_launches, capped_gemms } = self.token_cost(padded, seqs.len() as u64, routed);
-        let mut attention_gemms = Vec::new();
-        let launches = token_launches + self.add_kernels(&mut cost, &mut attention_gemms, &self.attention(seqs));
+        let TokenCost { mut cost, launches: token_launches, capped_gemms, tensor_flops } = self.token_cost(padded, seqs.len() as u64, routed);
+        let mut attention = Kernels::default();
+        let launches = token_launches + self.add_kernels(&mut cost, &mut attention, &self.attention(seqs));
         let load = self.step_load(seqs, launches);
         let launch_us = self.host.step_us(0.0, &load);
-        let gemms = if attention_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention_gemms).copied().collect() };
-        let capped = self.capped_gemm_rate(&gemms, cost.total_us, |gpu_us| self.wall_us(gpu_us, &load, launch_us, overlap_host));
+        let gemms = if attention.capped_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention.capped_gemms).copied().collect() };
+        let tensor_flops = tensor_flops + attention.tensor_flops;
+        let capped = self.capped_gemm_rate(&gemms, cost.total_us, tensor_flops, |gpu_us| self.wall_us(gpu_us, &load, launch_us, overlap_host));
         if let Some((_, gemm_us)) = capped {
             cost.add_class("gemm", gemm_us);
         }
@@ -541,6 +556,21 @@ mod tests {
         // Overlapped host work (async scheduling) hides behind the GPU: no idle, no relief.
         let overlapped = idle.gpu_step(&step, true).gemm_tflops.unwrap();
         assert!((overlapped - slow).abs() < 1e-4 * slow, "{overlapped} {slow}");
+    }
+
+    #[test]
+    fn tensor_core_work_outside_the_gemms_draws_power_like_them() {
+        let m = ModelConfig::load("qwen3-14b").unwrap();
+        let p = Predictor::new(&m, &load_gpu("h100_sxm").unwrap(), &Deployment::default(), Tier::Target).unwrap();
+        let cap = p.sustained_gemm().unwrap().clone();
+        // 20 ms of GEMMs priced at 800 TFLOPS by the tables, 10 ms of other kernels, no host.
+        let gemms = [(20_000.0, 800e6 * 20_000.0)];
+        let rate = |tensor_flops: f64| p.capped_gemm_rate(&gemms, 10_000.0, tensor_flops, |gpu_us| gpu_us).unwrap().0;
+        // Memory-bound others (no FLOPs) relieve the limit partly; attention-like ones that keep
+        // the tensor cores busy their whole 10 ms relieve nothing: the back-to-back rate.
+        let (memory, tensor) = (rate(0.0), rate(cap.sustained_tflops() * 1e6 * 10_000.0));
+        assert!(memory > cap.sustained_tflops() * 1.01, "{memory}");
+        assert!((tensor - cap.sustained_tflops()).abs() < 1e-9 * tensor, "{tensor}");
     }
 
     #[test]
