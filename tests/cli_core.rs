@@ -36,6 +36,23 @@ fn llama_8b_decode_batch_1_reads_its_weights() {
     let sol_us = v["sol_us"].as_f64().unwrap();
     assert!((sol_us / (total / 4.8e12 * 1e6) - 1.0).abs() < 0.02, "{sol_us}");
     assert!(v["predicted_us"].as_f64().unwrap() > sol_us);
+    // Memory-bound GEMMs: the power limit does not bind.
+    assert!(v["power_capped_gemm_tflops"].is_null());
+}
+
+#[test]
+fn a_long_prefill_step_names_the_rate_the_power_limit_holds_its_gemms_to() {
+    let v = json(&["step", "--model", "qwen3-14b", "--gpu", "h100_sxm", "--engine", "vllm", "--batch", "prefill:1x4096", "--json"]);
+    let tflops = v["power_capped_gemm_tflops"].as_f64().expect("the cap binds on a 4096-token prefill");
+    // Between the back-to-back rate and the most relaxed one (`hw show h100_sxm`).
+    let hw = ks(&["hw", "show", "h100_sxm"]).1;
+    assert!(hw.contains("685.7 TFLOPS back to back"), "{hw}");
+    assert!(tflops >= 685.7 && tflops < 800.0, "{tflops}");
+    // Every bf16 GEMM runs no faster than that rate.
+    for k in v["kernels"].as_array().unwrap().iter().filter(|k| k["op"] == "gemm" && k["dtype"] == "bf16") {
+        let floor_us = k["flops"].as_f64().unwrap() / (tflops * 1e6);
+        assert!(k["predicted_us"].as_f64().unwrap() >= floor_us * (1.0 - 1e-9), "{k}");
+    }
 }
 
 #[test]

@@ -55,6 +55,7 @@ pub fn run(args: StepArgs) -> Result<()> {
     let host = crate::perf::host::HostOverhead::for_engine(&engine.name)?.at_speed(&args.host_speed.speed()?)?;
     let pred = Predictor::for_engine(&model, &gpu, &dep, km, &engine, host, plan.kv_capacity_tokens)?;
     let table = pred.kernel_table(&seqs);
+    let capped_tflops = pred.step_gemm_tflops(&seqs);
     // A CUDA-graph engine captures a padded shape on first use: report the replayed step and
     // say what the first one adds.
     let (first, capture) = pred.step_time_and_capture(&seqs);
@@ -81,6 +82,7 @@ pub fn run(args: StepArgs) -> Result<()> {
             "predictor": pred.describe(), "kernels": kernels, "total_flops": total_flops, "total_bytes": total_bytes,
             "sol_us": sol_us, "kernel_us": kernel_us, "host_us": cost.host_us, "predicted_us": cost.total_us,
             "first_use_capture_us": if captured { first.total_us - cost.total_us } else { 0.0 },
+            "power_capped_gemm_tflops": capped_tflops,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -108,5 +110,8 @@ pub fn run(args: StepArgs) -> Result<()> {
     );
     let shares: Vec<String> = cost.classes().iter().filter(|c| c.1 > 0.0).map(|(n, us)| format!("{n} {:.0}%", 100.0 * us / cost.total_us)).collect();
     println!("time share: {}", shares.join(", "));
+    if let Some(tflops) = capped_tflops {
+        println!("power limit: bf16 GEMMs held to {tflops:.0} TFLOPS in this step (by how it fills its wall time; `hw show {}`)", gpu.id);
+    }
     Ok(())
 }

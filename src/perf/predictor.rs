@@ -90,7 +90,8 @@ struct Kernels {
 }
 
 /// A step's GPU work before host time: its cost (power cap applied), launches, host load,
-/// the host's own launch time, and the bf16 GEMM rate the cap set (None: no cap).
+/// the host's own launch time, and the bf16 GEMM rate the cap set (None: no cap, or it does
+/// not bind in this step).
 struct GpuStep {
     cost: StepCost,
     launches: u64,
@@ -289,18 +290,24 @@ impl Predictor {
         self.sustained_gemm.as_ref()
     }
 
+    /// The rate the power limit holds this step's bf16 GEMMs to, where it binds on any of them.
+    pub fn step_gemm_tflops(&self, seqs: &[SeqWork]) -> Option<f64> {
+        self.gpu_step(seqs, self.async_scheduling).gemm_tflops
+    }
+
     /// The bf16 GEMM rate the power limit allows in a step whose capped GEMMs (`gemms`: time at
     /// the tables' rate, FLOPs) run among `other_us` of other GPU work, `wall_of` turning GPU
     /// time into the step's wall time (host gaps idle the GPU). How the step fills its wall
     /// time sets the rate and the rate the wall time: a few rounds settle it (the rate moves by
-    /// a few percent). Returns the rate and the GEMMs' time at it.
+    /// a few percent). Returns the rate and the GEMMs' time at it; None where no cap applies or
+    /// none can bind.
     fn capped_gemm_rate(&self, gemms: &[(f64, f64)], other_us: f64, other_tensor_flops: f64, wall_of: impl Fn(f64) -> f64) -> Option<(f64, f64)> {
         let cap = self.sustained_gemm.as_ref()?;
         let gemm_us = |tflops: f64| gemms.iter().map(|&(us, flops)| us.max(flops / (tflops * 1e6))).sum::<f64>();
         // Slower than the cap at its tightest (decode steps): the cap cannot bind.
         let tightest = cap.sustained_tflops();
         if gemms.iter().all(|&(us, flops)| us >= flops / (tightest * 1e6)) {
-            return Some((tightest, gemm_us(tightest)));
+            return None;
         }
         let flops = gemms.iter().map(|g| g.1).sum::<f64>() + other_tensor_flops;
         let mut tflops = cap.sustained_tflops();
@@ -458,9 +465,8 @@ impl Predictor {
         let gemms = if attention.capped_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention.capped_gemms).copied().collect() };
         let tensor_flops = tensor_flops + attention.tensor_flops;
         let capped = self.capped_gemm_rate(&gemms, cost.total_us, tensor_flops, |gpu_us| self.wall_us(gpu_us, &load, launch_us, overlap_host));
-        if let Some((_, gemm_us)) = capped {
-            cost.add_class("gemm", gemm_us);
-        }
+        let gemm_us = capped.map_or_else(|| gemms.iter().map(|g| g.0).sum(), |c| c.1);
+        cost.add_class("gemm", gemm_us);
         GpuStep { cost, launches, load, launch_us, gemm_tflops: capped.map(|c| c.0) }
     }
 
@@ -527,6 +533,8 @@ mod tests {
         // One long prefill step with no host time: GEMMs most of the wall time, so the rate sits
         // between the back-to-back one and the one measured with idle between steps.
         let tflops = target.gpu_step(&step, false).gemm_tflops.unwrap();
+        // A decode step's GEMMs are memory-bound, far below the cap: it does not bind.
+        assert!(target.step_gemm_tflops(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 8]).is_none());
         assert!(tflops >= cap.sustained_tflops() && tflops < cap.tflops_at(0.0), "{tflops}");
         let gemms: Vec<TimedKernel> = target.kernel_table(&step).into_iter().filter(|k| k.instance.kernel.op == crate::schema::Op::Gemm).collect();
         let floor = |k: &TimedKernel| k.sol.flops / (tflops * 1e6);
