@@ -42,6 +42,13 @@ pub struct Relief {
     /// (0: not at all, 1: as much), from the `copy` phases (GEMM share, phase).
     pub other_kernel_weight: f64,
     pub copy: Vec<CopyPhase>,
+    /// The limiter averages power over about this window (first order): a step much longer
+    /// than it gains less, as `coarse` phases (long GEMM stretches, idle between, timed against
+    /// `coarse_back_to_back_phase`) showed against the idle points' `reference_cycle_ms` cycles.
+    pub window_ms: f64,
+    pub reference_cycle_ms: f64,
+    pub coarse_back_to_back_phase: String,
+    pub coarse: Vec<CopyPhase>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +68,13 @@ pub struct CopyPhase {
 }
 
 impl Relief {
+    /// How much of the relief a step of `cycle_ms` gets next to the idle points' cycles: the
+    /// share of a first-order window's average a cycle sees, relative (at most 1).
+    pub fn window_factor(&self, cycle_ms: f64) -> f64 {
+        let w = |t: f64| if t <= 0.0 { 1.0 } else { self.window_ms / t * (1.0 - (-t / self.window_ms).exp()) };
+        (w(cycle_ms) / w(self.reference_cycle_ms)).min(1.0)
+    }
+
     /// Rate relative to back to back at an idle-equivalent GEMM share: linear between measured
     /// shares, and no faster than the least-loaded measurement below them.
     pub fn relative_at(&self, gemm_frac: f64) -> f64 {
@@ -93,7 +107,8 @@ impl PowerCap {
         self.sustained_tflops
     }
 
-    /// The rate when GEMMs run `gemm_frac` of the wall time and the GPU idles the rest.
+    /// The rate when GEMMs run `gemm_frac` of the wall time and the GPU idles the rest, in
+    /// steps as short as the measured ones.
     pub fn tflops_at(&self, gemm_frac: f64) -> f64 {
         self.sustained_tflops * self.relief.as_ref().map_or(1.0, |r| r.relative_at(gemm_frac))
     }
@@ -107,7 +122,8 @@ impl PowerCap {
         }
         // Other kernels count partly as GEMM time (they draw power, less than tensor cores).
         let share = (gemm_us + (1.0 - relief.other_kernel_weight) * other_us) / wall_us;
-        self.tflops_at(share.clamp(0.0, 1.0))
+        let relief_at_share = relief.relative_at(share.clamp(0.0, 1.0)) - 1.0;
+        self.sustained_tflops * (1.0 + relief_at_share * relief.window_factor(wall_us * 1e-3))
     }
 }
 
@@ -130,6 +146,9 @@ pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
         }
         if let Some(rel) = &r.relief {
             let field = |f: &str| format!("{origin}: gpu[{i}].relief field '{f}'");
+            if !(rel.window_ms > 0.0 && rel.reference_cycle_ms > 0.0) {
+                bail!("{} and 'reference_cycle_ms' must be positive milliseconds, got {} and {}", field("window_ms"), rel.window_ms, rel.reference_cycle_ms);
+            }
             if !(0.0..=1.0).contains(&rel.other_kernel_weight) {
                 bail!("{} must be a weight in [0, 1], got {}", field("other_kernel_weight"), rel.other_kernel_weight);
             }
@@ -229,6 +248,14 @@ mod tests {
         }
     }
 
+    /// Median step time (ms) of a phase.
+    fn phase_ms(raw: &str, name: &str) -> f64 {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join(raw)).unwrap()).unwrap();
+        let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap();
+        crate::quantile::median(&phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect::<Vec<_>>())
+    }
+
     #[test]
     fn each_sustained_rate_reproduces_from_its_raw_measurement() {
         for r in shipped_rates().unwrap() {
@@ -247,6 +274,20 @@ mod tests {
             };
             let best = (0..=100).map(|i| i as f64 / 100.0).min_by(|a, b| error(*a).total_cmp(&error(*b))).unwrap();
             assert!((best - rel.other_kernel_weight).abs() < 0.011, "{}: file says weight {}, copies give {best}", r.id, rel.other_kernel_weight);
+            // The window: the one (to 5 ms) whose factor best predicts the coarse phases' share of
+            // the relief (cycle = GEMM time / share).
+            let coarse_base = tflops(&rel.coarse_back_to_back_phase);
+            let observed: Vec<(f64, f64)> = rel
+                .coarse
+                .iter()
+                .map(|c| (phase_ms(&rel.raw, &c.phase) / c.gemm_frac, (tflops(&c.phase) / coarse_base - 1.0) / (rel.relative_at(c.gemm_frac) - 1.0)))
+                .collect();
+            let error = |window_ms: f64| -> f64 {
+                let model = Relief { window_ms, ..rel.clone() };
+                observed.iter().map(|&(cycle, seen)| (model.window_factor(cycle) - seen).powi(2)).sum()
+            };
+            let best = (2..=400).map(|i| i as f64 * 5.0).min_by(|a, b| error(*a).total_cmp(&error(*b))).unwrap();
+            assert!((best - rel.window_ms).abs() < 5.1, "{}: file says window {} ms, coarse phases give {best}", r.id, rel.window_ms);
         }
     }
 
@@ -284,14 +325,17 @@ mod tests {
         let mid = cap.tflops_at((1.0 + least.gemm_frac) / 2.0);
         assert!(mid > own.bf16_tflops && mid < least.relative * own.bf16_tflops, "{mid}");
         assert_eq!(cap.tflops_at(0.05), cap.tflops_at(least.gemm_frac));
-        // 30 ms of GEMMs in a 40 ms step: 10 ms idle relieve more than 10 ms of other kernels.
-        let (idle, busy) = (cap.tflops_in(30.0, 0.0, 40.0), cap.tflops_in(30.0, 10.0, 40.0));
+        // 30 ms of GEMMs in a 40 ms step (us): 10 ms idle relieve more than 10 ms of other kernels.
+        let (idle, busy) = (cap.tflops_in(30_000.0, 0.0, 40_000.0), cap.tflops_in(30_000.0, 10_000.0, 40_000.0));
         assert!(idle > busy && busy > own.bf16_tflops, "{idle} {busy}");
+        // The same share over a 400 ms step: the limiter's window sees mostly GEMMs, less relief.
+        let long = cap.tflops_in(300_000.0, 0.0, 400_000.0);
+        assert!(long < idle && long > own.bf16_tflops, "{long} {idle}");
         // The H200 has no relief of its own: its target cap takes the same die's, on its own rate.
         let h200 = power_cap(&load_gpu("h200_sxm").unwrap(), Tier::Target, &rates).unwrap().unwrap();
         assert!((h200.tflops_at(0.7) / h200.sustained_tflops() - cap.tflops_at(0.7) / cap.sustained_tflops()).abs() < 1e-12);
         assert!(h200.from.contains("h200_sxm measured") && h200.from.contains("h100_sxm"), "{}", h200.from);
-        let bad = "[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[gpu.relief]\nraw = \"x\"\nback_to_back_phase = \"b\"\nother_kernel_weight = 0.5\ncopy = []\nidle = [{ gemm_frac = 0.6, relative = 0.9, phase = \"p\" }]\n";
+        let bad = "[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[gpu.relief]\nraw = \"x\"\nback_to_back_phase = \"b\"\nother_kernel_weight = 0.5\ncopy = []\nwindow_ms = 200\nreference_cycle_ms = 40\ncoarse_back_to_back_phase = \"s\"\ncoarse = []\nidle = [{ gemm_frac = 0.6, relative = 0.9, phase = \"p\" }]\n";
         let e = parse_rates(bad, "f.toml").unwrap_err().to_string();
         assert!(e.contains("gpu[0].relief field 'idle'") && e.contains("relative"), "{e}");
     }
