@@ -78,6 +78,9 @@ struct TokenCost {
     launches: u64,
     capped_gemms: Arc<[(f64, f64)]>,
     tensor_flops: f64,
+    /// Some capped GEMM runs faster than the back-to-back rate at the tables' rate (else the
+    /// cap cannot bind and the step's other FLOPs need not be counted).
+    cap_can_bind: bool,
 }
 
 /// What `Predictor::add_kernels` collects besides the cost: the power-capped GEMMs (time at
@@ -346,11 +349,11 @@ impl Predictor {
     /// Adds the kernels' time at their tables' rates to `cost`, except GEMMs the power cap
     /// applies to, which go to `out`; returns how many kernel launches they are (an op the
     /// engine runs unfused counts each piece).
-    fn add_kernels(&self, cost: &mut StepCost, out: &mut Kernels, kernels: &[KernelInstance]) -> u64 {
+    fn add_kernels(&self, cost: &mut StepCost, out: &mut Kernels, kernels: &[KernelInstance], count_flops: bool) -> u64 {
         let mut launches = 0;
         for ki in kernels {
             let us = self.table_rate_us(ki) * ki.count as f64;
-            let flops = if self.sustained_gemm.is_some() { crate::kernels::cost::flops(&ki.kernel) * ki.count as f64 } else { 0.0 };
+            let flops = if count_flops && self.sustained_gemm.is_some() { crate::kernels::cost::flops(&ki.kernel) * ki.count as f64 } else { 0.0 };
             if self.sustained_gemm.is_some() && super::power_cap::is_capped(&ki.kernel) {
                 out.capped_gemms.push((us, flops));
             } else {
@@ -368,8 +371,9 @@ impl Predictor {
             return c.clone();
         }
         let (mut cost, mut k) = (StepCost::default(), Kernels::default());
-        let launches = self.add_kernels(&mut cost, &mut k, &self.token_kernels_routed(tokens, seqs, routed));
-        let c = TokenCost { cost, launches, capped_gemms: k.capped_gemms.into(), tensor_flops: k.tensor_flops };
+        let launches = self.add_kernels(&mut cost, &mut k, &self.token_kernels_routed(tokens, seqs, routed), true);
+        let cap_can_bind = self.sustained_gemm.as_ref().is_some_and(|cap| k.capped_gemms.iter().any(|&(us, flops)| us < flops / (cap.sustained_tflops() * 1e6)));
+        let c = TokenCost { cost, launches, capped_gemms: k.capped_gemms.into(), tensor_flops: k.tensor_flops, cap_can_bind };
         self.token_cache.lock().expect("cache poisoned").insert(key, c.clone());
         c
     }
@@ -457,9 +461,9 @@ impl Predictor {
     /// The step's GPU work, its power-capped GEMMs at the rate the step's wall time allows.
     fn gpu_step(&self, seqs: &[SeqWork], overlap_host: bool) -> GpuStep {
         let (padded, routed) = self.step_tokens(seqs);
-        let TokenCost { mut cost, launches: token_launches, capped_gemms, tensor_flops } = self.token_cost(padded, seqs.len() as u64, routed);
+        let TokenCost { mut cost, launches: token_launches, capped_gemms, tensor_flops, cap_can_bind } = self.token_cost(padded, seqs.len() as u64, routed);
         let mut attention = Kernels::default();
-        let launches = token_launches + self.add_kernels(&mut cost, &mut attention, &self.attention(seqs));
+        let launches = token_launches + self.add_kernels(&mut cost, &mut attention, &self.attention(seqs), cap_can_bind);
         let load = self.step_load(seqs, launches);
         let launch_us = self.host.step_us(0.0, &load);
         let gemms = if attention.capped_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention.capped_gemms).copied().collect() };
