@@ -77,17 +77,19 @@ impl Relief {
 
     /// Rate relative to back to back at an idle-equivalent GEMM share: linear between measured
     /// shares, and no faster than the least-loaded measurement below them.
+    /// `idle` is sorted by share (`parse_rates`); back to back, (1, 1), closes the curve. Runs
+    /// in every prefill step: no allocation.
     pub fn relative_at(&self, gemm_frac: f64) -> f64 {
-        let mut pts: Vec<(f64, f64)> = self.idle.iter().map(|p| (p.gemm_frac, p.relative)).collect();
-        pts.push((1.0, 1.0));
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let f = gemm_frac.clamp(pts[0].0, 1.0);
-        let i = pts.iter().position(|p| p.0 >= f).unwrap_or(pts.len() - 1);
-        if i == 0 {
-            return pts[0].1;
+        let pts = || self.idle.iter().map(|p| (p.gemm_frac, p.relative)).chain(std::iter::once((1.0, 1.0)));
+        let (mut f0, mut r0) = pts().next().expect("parse_rates checks idle is not empty");
+        let f = gemm_frac.clamp(f0, 1.0);
+        for (f1, r1) in pts().skip(1) {
+            if f1 >= f {
+                return r0 + (r1 - r0) * (f - f0) / (f1 - f0);
+            }
+            (f0, r0) = (f1, r1);
         }
-        let ((f0, r0), (f1, r1)) = (pts[i - 1], pts[i]);
-        r0 + (r1 - r0) * (f - f0) / (f1 - f0)
+        r0
     }
 }
 
@@ -135,7 +137,10 @@ struct SustainedFile {
 
 /// Parses and checks the rates file; `origin` names it in errors.
 pub fn parse_rates(text: &str, origin: &str) -> Result<Vec<SustainedRate>> {
-    let f: SustainedFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    let mut f: SustainedFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {e}"))?;
+    for rel in f.gpu.iter_mut().filter_map(|r| r.relief.as_mut()) {
+        rel.idle.sort_by(|a, b| a.gemm_frac.total_cmp(&b.gemm_frac));
+    }
     for (i, r) in f.gpu.iter().enumerate() {
         if !(r.bf16_tflops > 0.0 && r.bf16_tflops.is_finite()) {
             bail!("{origin}: gpu[{i}] field 'bf16_tflops' must be a positive number of TFLOP/s, got {}", r.bf16_tflops);
@@ -235,34 +240,28 @@ mod tests {
     use super::*;
     use crate::hardware::load_gpu;
 
-    /// Median TFLOPS of each phase of a `microbench/sustained_gemm.py` JSON file.
-    fn phase_tflops(raw: &str) -> impl Fn(&str) -> f64 {
+    /// Median step (ms) and TFLOPS of each phase of a `microbench/sustained_gemm.py` JSON file.
+    fn phases(raw: &str) -> impl Fn(&str) -> (f64, f64) {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join(raw)).unwrap()).unwrap();
-        let per_layer = v["tflop_per_step"].as_f64().unwrap() / v["layers"].as_f64().unwrap();
         let layers = v["layers"].as_f64().unwrap();
+        let per_layer = v["tflop_per_step"].as_f64().unwrap() / layers;
         move |name: &str| {
             let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap_or_else(|| panic!("no phase {name}"));
-            let ms: Vec<f64> = phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect();
-            per_layer * phase["layers"].as_f64().unwrap_or(layers) / crate::quantile::median(&ms) * 1e3
+            let ms = crate::quantile::median(&phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect::<Vec<_>>());
+            (ms, per_layer * phase["layers"].as_f64().unwrap_or(layers) / ms * 1e3)
         }
-    }
-
-    /// Median step time (ms) of a phase.
-    fn phase_ms(raw: &str, name: &str) -> f64 {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join(raw)).unwrap()).unwrap();
-        let phase = v["phases"].as_array().unwrap().iter().find(|p| p["phase"] == name).unwrap();
-        crate::quantile::median(&phase["steps"].as_array().unwrap().iter().map(|s| s["ms"].as_f64().unwrap()).collect::<Vec<_>>())
     }
 
     #[test]
     fn each_sustained_rate_reproduces_from_its_raw_measurement() {
         for r in shipped_rates().unwrap() {
-            let tflops = phase_tflops(&r.raw);
+            let phase = phases(&r.raw);
+            let tflops = |name: &str| phase(name).1;
             assert!((tflops("sustained") - r.bf16_tflops).abs() < 0.05, "{}: file says {}, {} gives {:.2}", r.id, r.bf16_tflops, r.raw, tflops("sustained"));
             let Some(rel) = &r.relief else { continue };
-            let tflops = phase_tflops(&rel.raw);
+            let phase = phases(&rel.raw);
+            let tflops = |name: &str| phase(name).1;
             let base = tflops(&rel.back_to_back_phase);
             for p in &rel.idle {
                 assert!((tflops(&p.phase) / base - p.relative).abs() < 5e-4, "{} {}: file says {}, raw gives {:.4}", r.id, p.phase, p.relative, tflops(&p.phase) / base);
@@ -280,7 +279,7 @@ mod tests {
             let observed: Vec<(f64, f64)> = rel
                 .coarse
                 .iter()
-                .map(|c| (phase_ms(&rel.raw, &c.phase) / c.gemm_frac, (tflops(&c.phase) / coarse_base - 1.0) / (rel.relative_at(c.gemm_frac) - 1.0)))
+                .map(|c| (phase(&c.phase).0 / c.gemm_frac, (tflops(&c.phase) / coarse_base - 1.0) / (rel.relative_at(c.gemm_frac) - 1.0)))
                 .collect();
             let error = |window_ms: f64| -> f64 {
                 let model = Relief { window_ms, ..rel.clone() };
