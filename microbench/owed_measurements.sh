@@ -2,12 +2,15 @@
 # The measurements still owed (docs/calibration.md, docs/validation_e2e.md), one device call,
 # whichever GPU the lent pool gives, most wanted first; a stage starts only if its time fits the
 # budget (OWED_BUDGET_S, default 540 s), so the archive is always written:
-#   1. every GPU: the pre-registered Qwen3-14B sustained-GEMM test with its idle and
-#      fine-grained duty phases (microbench/predictions/sustained_gemm_qwen3_14b.md);
+#   1. H200 (or any GPU but an H100): the pre-registered Qwen3-14B sustained-GEMM test with its
+#      idle and fine-grained duty phases (microbench/predictions/sustained_gemm_qwen3_14b.md);
+#      an H100, which has those phases (session 41), runs the pre-registered repeat of the fine
+#      phases at GEMM shares 0.9 / 0.7 / 0.5 instead;
 #   2. H200 only: transformers' packed attention at few heads (predictions in
 #      microbench/predictions/packed_sdpa_few_heads_*; the H100 has these rows) and the memcpy
 #      sweep (copy cross-gen lacks the H200's sizes);
-#   3. every GPU: the same chain in FP8 (pre-registered in the same file);
+#   3. every GPU but an H100 (measured in session 41): the same chain in FP8 (pre-registered in
+#      the same file);
 #   4. every GPU: the host-speed probe and transformers' capture sweep over depth.
 # Writes $OUT/owed.tgz.
 set -u
@@ -18,7 +21,13 @@ echo "gpu: $gpu"
 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/smi_q.txt" 2>&1
 (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/cpu.txt"
 shapes=7168:5120,5120:5120,34816:5120,5120:17408
-if fits 170 sustained; then
+if [[ "$gpu" == *H100* ]]; then
+  if fits 200 fine_repeat; then
+    timeout 200 python3 microbench/sustained_gemm.py --out "$OUT/fine_repeat" --seconds 6 --shapes $shapes --layers 40 \
+      --idle-fracs "" --fine-fracs 0.1,0.3,0.5 --fine-layers 4 --fine-seconds 8 > "$OUT/fine_repeat.log" 2>&1
+    echo "fine repeat rc=$?"
+  fi
+elif fits 170 sustained; then
   timeout 170 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
     --shapes $shapes --layers 40 --idle-fracs 0.4,0.1,0.2 --fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8 > "$OUT/sustained.log" 2>&1
   echo "sustained rc=$?"
@@ -33,7 +42,7 @@ if [[ "$gpu" == *H200* ]] && fits 70 memcpy; then
   timeout 70 python3 microbench/collect.py --plan microbench/plans/memcpy_sweep.csv --out "$OUT/copy/memcpy_sweep.csv" --time-budget-s 55 > "$OUT/copy/collect.log" 2>&1
   echo "memcpy rc=$?"
 fi
-if fits 70 fp8; then
+if [[ "$gpu" != *H100* ]] && fits 70 fp8; then
   timeout 70 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b_fp8" --dtype fp8 --seconds 8 \
     --shapes $shapes --layers 40 --idle-fracs 0.4 > "$OUT/sustained_fp8.log" 2>&1
   echo "sustained fp8 rc=$?"
