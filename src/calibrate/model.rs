@@ -495,6 +495,11 @@ fn is_native(gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
 }
 
 impl OpModel {
+    /// Whether `backend` has a base of its own for this row, rather than its class's pooled one.
+    pub(crate) fn has_library_base(&self, gpu: &GpuSpec, k: &Kernel, backend: &str) -> bool {
+        has_library_bases(self.op) && self.bases.contains_key(&library_key(&base_key(self.op, gpu, k, backend), backend))
+    }
+
     /// Every library category this model knows: its own and its measurement paths'.
     pub fn all_backends(&self) -> impl Iterator<Item = &String> {
         self.backends.iter().chain(self.by_path.values().flat_map(|p| p.backends.iter()))
