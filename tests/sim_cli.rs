@@ -143,9 +143,14 @@ fn impossible_requests_are_counted_not_hung() {
     let rej = r.summary.rejected_by_reason.get("exceeds_context").copied().unwrap_or(0);
     assert!(rej > 0);
     assert_eq!(r.summary.completed + r.summary.rejected, 300);
-    let r = sim(&["--num-requests", "50", "--num-gpu-blocks", "20", "--isl", "200", "--osl", "200"]);
-    assert_eq!(r.summary.rejected_by_reason.get("exceeds_kv_cache"), Some(&50));
-    assert_eq!(r.summary.kv.num_gpu_blocks, 20);
+    assert!(r.summary.rejected_limits["exceeds_context"].contains("max_model_len 300"), "{:?}", r.summary.rejected_limits);
+    let text = kernelsight::report::terminal::render(&[], &r.summary);
+    assert!(text.contains("rejected exceeds_context: prompt + output tokens above max_model_len 300"), "{text}");
+    // When nothing can be served the run is an error naming the limit, not a report of zeros.
+    let e = sim_err(&["--num-requests", "50", "--num-gpu-blocks", "20", "--isl", "200", "--osl", "200"]);
+    assert!(e.contains("every request was rejected") && e.contains("50 exceeds_kv_cache") && e.contains("20 blocks of 16 tokens"), "{e}");
+    let e = sim_err(&["--isl", "200000", "--osl", "10", "--concurrency", "1", "--num-requests", "2"]);
+    assert!(e.contains("2 exceeds_context (prompt + output tokens above max_model_len 131072)"), "{e}");
 }
 
 #[test]

@@ -345,6 +345,9 @@ pub fn execute(args: &SimulateArgs) -> Result<Report> {
     }
     let timing = format!("{} ({})", scenario.predictor.tier().as_str(), crate::perf::StepTimeModel::describe(&scenario.predictor));
     let summary = Summary::new(&outcome, &scenario.cfg, timing);
+    if let Some(why) = summary.all_rejected() {
+        bail!("{why}");
+    }
     let report = Report { scenario, outcome, summary };
     if let Some(dir) = &args.out {
         if let Some(c) = outputs.csv.take() {

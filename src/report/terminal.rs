@@ -35,6 +35,9 @@ pub fn render(setup: &[String], s: &Summary) -> String {
         format!("{} rejected ({})", s.rejected, why.join(", "))
     };
     let _ = writeln!(o, "Requests    {} arrived, {} completed, {rejected}", group(s.num_requests), group(s.completed));
+    for (reason, limit) in &s.rejected_limits {
+        let _ = writeln!(o, "            rejected {reason}: {limit}");
+    }
     let _ = writeln!(o, "Duration    {:.2} s (simulated, to the last completion)", s.duration_s);
     let _ = writeln!(
         o,

@@ -83,6 +83,21 @@ pub struct Outcome {
     pub kv_frac_s: f64,
 }
 
+/// The limit behind a rejection reason of `reject_reason`, with this configuration's numbers.
+pub fn reject_limit(reason: &str, cfg: &SimConfig) -> String {
+    match reason {
+        "exceeds_context" => format!("prompt + output tokens above max_model_len {}", cfg.max_model_len),
+        "exceeds_kv_cache" => format!(
+            "more KV blocks than the cache holds ({} blocks of {} tokens per replica)",
+            cfg.num_gpu_blocks, cfg.engine.block_size
+        ),
+        "exceeds_batch_tokens" => {
+            format!("prompt + output tokens above max_num_batched_tokens {} with chunked prefill off", cfg.engine.max_num_batched_tokens)
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Why a request can never be served, if so.
 fn reject_reason(spec: &RequestSpec, cfg: &SimConfig, rep: &Replica) -> Option<&'static str> {
     let total = spec.prompt_tokens as u64 + spec.output_tokens as u64;

@@ -26,6 +26,8 @@ pub struct Summary {
     pub completed: u64,
     pub rejected: u64,
     pub rejected_by_reason: BTreeMap<String, u64>,
+    /// The limit behind each rejection reason, with this run's numbers.
+    pub rejected_limits: BTreeMap<String, String>,
     /// From time 0 to the last completion.
     pub duration_s: f64,
     pub request_throughput_rps: f64,
@@ -67,6 +69,16 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 impl Summary {
+    /// Every request was rejected: the limits each broke, for an error in place of a report of
+    /// zeros (None when some request was served or none arrived).
+    pub fn all_rejected(&self) -> Option<String> {
+        if self.num_requests == 0 || self.completed > 0 || self.rejected < self.num_requests {
+            return None;
+        }
+        let why: Vec<String> = self.rejected_by_reason.iter().map(|(k, n)| format!("{n} {k} ({})", self.rejected_limits[k])).collect();
+        Some(format!("every request was rejected, none can be served: {}", why.join("; ")))
+    }
+
     pub fn new(o: &Outcome, cfg: &SimConfig, timing_model: String) -> Summary {
         let r = &o.rec;
         let duration_s = r.last_finish_us * 1e-6;
@@ -81,6 +93,7 @@ impl Summary {
             completed: r.completed,
             rejected: r.rejected.values().sum(),
             rejected_by_reason: r.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            rejected_limits: r.rejected.keys().map(|k| (k.to_string(), super::reject_limit(k, cfg))).collect(),
             duration_s,
             request_throughput_rps: ratio(r.completed as f64, duration_s),
             throughput_tok_s: ratio(r.output_tokens as f64, duration_s),
