@@ -322,7 +322,15 @@ fn show_text_and_json_cover_every_field() {
     }
     // The measured power-limit GEMM rate: none for the A100, the H100's own for the H100.
     assert!(text.contains("bf16 GEMMs held   - (not measured for this die)"), "{text}");
-    assert!(render_show(&gpu("h100_sxm")).contains("bf16 GEMMs held   685.7 TFLOPS back to back at the power limit, 767.23 with idle between steps (h100_sxm measured"));
+    // The H100's line gives the shipped cap's two rates (from the measurement file) and its source.
+    let h100 = gpu("h100_sxm");
+    let rates = kernelsight::perf::power_cap::shipped_rates().unwrap();
+    let cap = kernelsight::perf::power_cap::power_cap(&h100, kernelsight::perf::Tier::Target, &rates).unwrap().expect("the H100 has a measured rate");
+    let text = render_show(&h100);
+    let line = text.lines().find(|l| l.contains("bf16 GEMMs held")).expect("a power-limit line");
+    let shown: Vec<f64> = line.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
+    assert!(shown.len() >= 2 && (shown[0] - cap.sustained_tflops()).abs() < 0.01 && (shown[1] - cap.tflops_at(0.0)).abs() < 0.01, "{line}");
+    assert!(shown[1] > shown[0] && line.contains("back to back at the power limit") && line.contains("(h100_sxm measured"), "{line}");
     // JSON round-trips to the same spec.
     let json = serde_json::to_string(&a100).unwrap();
     let back: GpuSpec = serde_json::from_str(&json).unwrap();
