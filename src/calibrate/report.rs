@@ -256,7 +256,7 @@ pub fn sibling_table(v: &Validation) -> String {
     let mut s = String::from(
         "A library the GPU never measured, named by the user, is priced by a same-die sibling's target \
          model (same architecture, SMs, clock and peaks: `GpuSpec::same_compute_die`) on the sibling's spec \
-         sheet plus the extra time to move the kernel's compulsory bytes on this GPU's memory \
+         sheet plus the difference in the time the two memories need for the kernel's compulsory bytes \
          (`perf::efficiency::sibling_time_us`), or scaled by another library of the same kernel that both \
          GPUs measured (`paired_sibling_time_us`, second table). Here the sibling's model is fitted on the sibling's rows alone \
          and predicts this GPU's held-out rows of the libraries both measured; median / p90 APE %.\n\n\
@@ -284,7 +284,7 @@ pub fn sibling_table(v: &Validation) -> String {
         s.push_str(
             "\nWhere both GPUs measured another library of the same kernel (`perf::efficiency::kernel_family`), \
              the shipped form scales the sibling's time by that library's two models at the row's shape \
-             (`paired_sibling_time_us`) instead of adding the compulsory bytes' extra memory time; same rows, \
+             (`paired_sibling_time_us`) instead of the compulsory bytes' memory-time difference; same rows, \
              median / p90 APE %:\n\n| gpu | sibling | library | rows | paired kernel | compulsory bytes |\n|---|---|---|---|---|---|\n",
         );
         for ((gpu, sib, lib), [p, a]) in paired.iter_mut() {

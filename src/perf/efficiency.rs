@@ -413,12 +413,13 @@ fn default_category<'a>(m: &'a crate::calibrate::model::OpModel, k: &Kernel) -> 
 }
 
 /// `k` on `gpu` in `category`, timed by `sibling`'s model `m` (`GpuSpec::same_compute_die`):
-/// the sibling's time on its own spec sheet plus the extra time `gpu` needs to move the
-/// kernel's compulsory bytes, since only the memory differs (H200 -> H100: 4.8 -> 3.35 TB/s);
-/// never below `gpu`'s SOL. `calibrate::validate` checks it on held-out rows.
+/// the sibling's time on its own spec sheet plus the difference in the time the two memories
+/// need for the kernel's compulsory bytes, since only the memory differs (H200 -> H100: 4.8 ->
+/// 3.35 TB/s adds time; H100 -> H200 takes it off, where a clamp at zero priced the H200 at
+/// the H100's time); never below `gpu`'s SOL. `calibrate::validate` checks it on held-out rows.
 pub fn sibling_time_us(m: &crate::calibrate::model::OpModel, k: &Kernel, gpu: &GpuSpec, sibling: &GpuSpec, category: &str, routing: Routing) -> f64 {
     let (here, there) = (sol_routed(k, gpu, routing), sol_routed(k, sibling, routing));
-    (m.predict_routed_us(k, sibling, Some(category), routing) + (here.memory_us - there.memory_us).max(0.0)).max(here.sol_us)
+    (m.predict_routed_us(k, sibling, Some(category), routing) + here.memory_us - there.memory_us).max(here.sol_us)
 }
 
 /// As `sibling_time_us`, but where this GPU and its sibling both measured another library of
@@ -628,6 +629,28 @@ mod tests {
     /// Named by the user, the library is gpt-oss's Marlin, timed by the H200's target model;
     /// in an engine profile's fallback list, a library this GPU never measured is skipped
     /// (FlashAttention 3 is Hopper-only: B200 must not borrow it).
+    #[test]
+    fn a_sibling_with_slower_memory_gives_the_memory_time_back() {
+        // A decode GEMM streams its weights. Priced on the H200 from the H100's model, it takes
+        // the H100's time less what the H200's faster memory saves on the same bytes; the other
+        // way it pays that difference. Neither goes below the GPU's own SOL.
+        let (h100, h200) = (crate::hardware::load_gpu("h100_sxm").unwrap(), crate::hardware::load_gpu("h200_sxm").unwrap());
+        let km = KernelModel::load(&h100, Tier::Target).unwrap();
+        let Some(m) = km.op_model(Op::Gemm) else { return };
+        let lib = m.default_backend.clone();
+        for n in [4096u64, 14336, 57344] {
+            let k = Kernel { m: 8, n, k: 4096, ..Kernel::new(Op::Gemm, Dtype::Bf16) };
+            let (s100, s200) = (sol(&k, &h100), sol(&k, &h200));
+            let t100 = m.predict_routed_us(&k, &h100, Some(&lib), Routing::SERVED_DEFAULT);
+            let on200 = sibling_time_us(m, &k, &h200, &h100, &lib, Routing::SERVED_DEFAULT);
+            let saved = s100.memory_us - s200.memory_us;
+            assert!(saved > 0.0 && (on200 - (t100 - saved).max(s200.sol_us)).abs() < 1e-9 * t100, "n={n}: {on200} vs {t100} - {saved}");
+            assert!(on200 < t100 && on200 >= s200.sol_us);
+            let back = sibling_time_us(m, &k, &h100, &h100, &lib, Routing::SERVED_DEFAULT);
+            assert!((back - t100.max(s100.sol_us)).abs() < 1e-9 * t100, "its own sibling: {back} vs {t100}");
+        }
+    }
+
     #[test]
     fn a_named_library_this_gpu_never_measured_is_borrowed_from_its_sibling() {
         let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
