@@ -624,11 +624,6 @@ mod tests {
         }
     }
 
-    /// InferenceX's gpt-oss recipe runs vLLM's Marlin experts on H100, which measured Marlin
-    /// only for another checkpoint; the H200 (same die, faster memory) measured gpt-oss's.
-    /// Named by the user, the library is gpt-oss's Marlin, timed by the H200's target model;
-    /// in an engine profile's fallback list, a library this GPU never measured is skipped
-    /// (FlashAttention 3 is Hopper-only: B200 must not borrow it).
     #[test]
     fn a_sibling_with_slower_memory_gives_the_memory_time_back() {
         // A decode GEMM streams its weights. Priced on the H200 from the H100's model, it takes
@@ -651,6 +646,11 @@ mod tests {
         }
     }
 
+    /// InferenceX's gpt-oss recipe runs vLLM's Marlin experts on H100, which measured Marlin
+    /// only for another checkpoint; the H200 (same die, faster memory) measured gpt-oss's.
+    /// Named by the user, the library is gpt-oss's Marlin, timed by the H200's target model;
+    /// in an engine profile's fallback list, a library this GPU never measured is skipped
+    /// (FlashAttention 3 is Hopper-only: B200 must not borrow it).
     #[test]
     fn a_named_library_this_gpu_never_measured_is_borrowed_from_its_sibling() {
         let h100 = crate::hardware::load_gpu("h100_sxm").unwrap();
