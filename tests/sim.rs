@@ -4,6 +4,7 @@ mod sim_common;
 use kernelsight::perf::SeqWork;
 use kernelsight::sim::engine::{BlockGrowth, EngineParams, Policy};
 use kernelsight::sim::kv::KvLayout;
+use kernelsight::sim::reject::Rejection;
 use kernelsight::sim::router::RouterKind;
 use sim_common::*;
 
@@ -36,7 +37,7 @@ fn chunked_prefill_splits_the_prompt_at_the_token_budget() {
     // Without chunking the request can never fit one step: rejected, not hung.
     e.chunked_prefill = false;
     let (o, obs, _) = run(&config(e, 100), vec![req(0, 0.0, 100, 2), req(1, 0.0, 30, 2)], None);
-    assert_eq!(obs.records.iter().filter(|r| r.rejected == Some("exceeds_batch_tokens")).count(), 1);
+    assert_eq!(obs.records.iter().filter(|r| r.rejected == Some(Rejection::ExceedsBatchTokens)).count(), 1);
     assert_eq!(o.rec.completed, 1);
 }
 
@@ -97,8 +98,8 @@ fn impossible_requests_are_rejected_with_reasons() {
     cfg.max_model_len = 1000;
     let reqs = vec![req(0, 0.0, 900, 200), req(1, 0.0, 150, 20), req(2, 0.0, 20, 5)];
     let (o, obs, _) = run(&cfg, reqs, None);
-    assert_eq!(o.rec.rejected.get("exceeds_context"), Some(&1));
-    assert_eq!(o.rec.rejected.get("exceeds_kv_cache"), Some(&1));
+    assert_eq!(o.rec.rejected.get(&Rejection::ExceedsContext), Some(&1));
+    assert_eq!(o.rec.rejected.get(&Rejection::ExceedsKvCache), Some(&1));
     assert_eq!(o.rec.completed, 1);
     assert_eq!(obs.records.len(), 3);
 }

@@ -3,6 +3,7 @@
 mod sim_common;
 use kernelsight::sim::engine::Policy;
 use kernelsight::sim::kv::KvLayout;
+use kernelsight::sim::reject::Rejection;
 use kernelsight::sim::router::RouterKind;
 use kernelsight::workload::RequestSpec;
 use proptest::prelude::*;
@@ -122,7 +123,17 @@ proptest! {
                 let blocks = e.block_growth.lifetime_blocks(spec.prompt_tokens, total as u64, chunk, e.block_size);
                 let fits_kv = cfg.kv_layout.pages(blocks as u32) <= cfg.num_gpu_blocks as u64;
                 let fits_step = cfg.engine.chunked_prefill || total <= cfg.engine.max_num_batched_tokens;
-                prop_assert!(total > cfg.max_model_len || !fits_kv || !fits_step, "rejected without cause: {}", why);
+                // The reason names the first limit broken, in the order context, KV, step budget.
+                let fits_context = total <= cfg.max_model_len;
+                let expected = if !fits_context {
+                    Rejection::ExceedsContext
+                } else if !fits_kv {
+                    Rejection::ExceedsKvCache
+                } else {
+                    prop_assert!(!fits_step, "rejected without cause: {}", why);
+                    Rejection::ExceedsBatchTokens
+                };
+                prop_assert_eq!(why, expected);
             } else {
                 // Prefix hits never cover the whole prompt; time runs forward for each request.
                 prop_assert!(r.cached_tokens < r.prompt_tokens);

@@ -21,6 +21,7 @@ use crate::sim::engine::EngineParams;
 use crate::sim::metrics::Histogram;
 use crate::sim::record::{RequestRecord, SimObserver, StepRecord};
 use crate::sim::router::RouterKind;
+use crate::sim::reject::Rejection;
 use crate::sim::{self, SimConfig};
 use crate::workload::{RequestSource, RequestSpec, Sharing, WorkloadSpec};
 use anyhow::{anyhow, bail, Context, Result};
@@ -59,7 +60,7 @@ struct Watch {
     last_finish_s: f64,
     /// (arrival_s, finish_s) of every finished request, for `served_fraction`.
     arrival_finish_s: Vec<(f64, f64)>,
-    rejected: BTreeMap<&'static str, u64>,
+    rejected: BTreeMap<Rejection, u64>,
     stop: Option<StopRule>,
     ttft_misses: u64,
     e2e_misses: u64,
@@ -238,7 +239,7 @@ impl SimEvaluator {
             Err(_) if w.stopped => {}
             Err(e) => return Err(e),
         }
-        check_rejections(&w.rejected)?;
+        check_rejections(&w.rejected, &cfg)?;
         Ok(Outcome {
             ttft_ms: quantiles(&w.ttft_us, pct),
             tpot_ms: quantiles(&w.tpot_us, pct),
@@ -260,7 +261,7 @@ impl SimEvaluator {
         let mut done = Watch { keep: true, ..Watch::default() };
         let cfg = self.config(engine.clone(), blocks, prefill, c.dep.pp);
         sim::run(&cfg, &InsidePool(&pred), &mut share, None, &mut done).context("prefill pool")?;
-        check_rejections(&done.rejected).context("prefill pool")?;
+        check_rejections(&done.rejected, &cfg).context("prefill pool")?;
         // Decode pool: each request arrives once its KV has landed.
         let mut arrivals: Vec<(f64, RequestRecord)> =
             std::mem::take(&mut done.records).into_iter().map(|r| (r.finish_s + kv_transfer_s(&self.model, c, gpu, r.prompt_tokens), r)).collect();
@@ -287,7 +288,7 @@ impl SimEvaluator {
         let cfg = self.config(EngineParams { max_num_batched_tokens: budget, ..engine }, blocks, decode, c.dep.pp);
         let mut decoded = Watch { keep: true, ..Watch::default() };
         sim::run(&cfg, &ReceivedKv(&pred), &mut Listed(specs.into_iter()), None, &mut decoded).context("decode pool")?;
-        check_rejections(&decoded.rejected).context("decode pool")?;
+        check_rejections(&decoded.rejected, &cfg).context("decode pool")?;
         let (mut ttft, mut tpot, mut e2e) = (Histogram::default(), Histogram::default(), Histogram::default());
         let (mut tokens, mut end_s) = (0u64, 0.0f64);
         let mut arrival_finish_s = Vec::with_capacity(decoded.records.len());
@@ -336,11 +337,11 @@ pub fn shares_prefixes(w: &WorkloadSpec) -> bool {
 }
 
 /// A rejected request means the candidate cannot serve the workload at all.
-fn check_rejections(rejected: &BTreeMap<&'static str, u64>) -> Result<()> {
+fn check_rejections(rejected: &BTreeMap<Rejection, u64>, cfg: &SimConfig) -> Result<()> {
     if rejected.is_empty() {
         return Ok(());
     }
-    let parts: Vec<String> = rejected.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let parts: Vec<String> = rejected.iter().map(|(k, v)| format!("{v} {k} ({})", k.limit(cfg))).collect();
     bail!("requests rejected: {}", parts.join(", "))
 }
 

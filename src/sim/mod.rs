@@ -11,13 +11,14 @@ pub mod events;
 pub mod kv;
 pub mod metrics;
 pub mod record;
+pub mod reject;
 pub mod replica;
 pub mod request;
 pub mod router;
 pub mod summary;
 
 use crate::perf::StepTimeModel;
-use crate::workload::{RequestSource, RequestSpec};
+use crate::workload::RequestSource;
 use anyhow::{bail, Result};
 use engine::EngineParams;
 use events::{Event, EventQueue};
@@ -81,37 +82,6 @@ pub struct Outcome {
     pub end_us: f64,
     /// Integral over time of the KV fraction in use, averaged over replicas (seconds).
     pub kv_frac_s: f64,
-}
-
-/// The limit behind a rejection reason of `reject_reason`, with this configuration's numbers.
-pub fn reject_limit(reason: &str, cfg: &SimConfig) -> String {
-    match reason {
-        "exceeds_context" => format!("prompt + output tokens above max_model_len {}", cfg.max_model_len),
-        "exceeds_kv_cache" => format!(
-            "more KV blocks than the cache holds ({} blocks of {} tokens per replica)",
-            cfg.num_gpu_blocks, cfg.engine.block_size
-        ),
-        "exceeds_batch_tokens" => {
-            format!("prompt + output tokens above max_num_batched_tokens {} with chunked prefill off", cfg.engine.max_num_batched_tokens)
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Why a request can never be served, if so.
-fn reject_reason(spec: &RequestSpec, cfg: &SimConfig, rep: &Replica) -> Option<&'static str> {
-    let total = spec.prompt_tokens as u64 + spec.output_tokens as u64;
-    if total > cfg.max_model_len as u64 {
-        return Some("exceeds_context");
-    }
-    if rep.pages_for(spec.prompt_tokens, spec.output_tokens) > cfg.num_gpu_blocks as u64 {
-        return Some("exceeds_kv_cache");
-    }
-    // Without chunked prefill a whole (re)computation must fit one step's token budget.
-    if !cfg.engine.chunked_prefill && total > cfg.engine.max_num_batched_tokens as u64 {
-        return Some("exceeds_batch_tokens");
-    }
-    None
 }
 
 struct Sim<'a> {
@@ -317,8 +287,8 @@ pub fn run(
                 }
                 let r = router.pick(&spec, &sim.replicas);
                 let rep = &mut sim.replicas[r as usize];
-                if let Some(reason) = reject_reason(&spec, cfg, rep) {
-                    sim.rec.reject(RequestRecord {
+                if let Some(reason) = reject::Rejection::of(&spec, cfg, rep) {
+                    sim.rec.reject(reason, RequestRecord {
                         id: spec.id,
                         replica: r,
                         arrival_s: now_us * 1e-6,
@@ -331,7 +301,7 @@ pub fn run(
                         e2e_ms: f64::NAN,
                         finish_s: now_us * 1e-6,
                         preemptions: 0,
-                        rejected: Some(reason),
+                        rejected: None,
                         client,
                         out_us: now_us,
                     });

@@ -24,7 +24,7 @@ pub struct RequestRecord {
     pub finish_s: f64,
     pub preemptions: u32,
     /// Why the request was not served (None when it finished).
-    pub rejected: Option<&'static str>,
+    pub rejected: Option<super::reject::Rejection>,
     #[serde(skip)]
     pub client: u32,
     /// When the engine handed the answer out (us, before the path back to the client).
@@ -65,7 +65,7 @@ pub struct Recorder {
     pub queue_us: Histogram,
     pub series: Series,
     pub completed: u64,
-    pub rejected: BTreeMap<&'static str, u64>,
+    pub rejected: BTreeMap<super::reject::Rejection, u64>,
     pub prompt_tokens: u64,
     pub output_tokens: u64,
     pub preemptions: u64,
@@ -117,8 +117,9 @@ impl Recorder {
         }
     }
 
-    pub fn reject(&mut self, rec: RequestRecord) {
-        *self.rejected.entry(rec.rejected.unwrap_or("unknown")).or_default() += 1;
+    pub fn reject(&mut self, reason: super::reject::Rejection, mut rec: RequestRecord) {
+        rec.rejected = Some(reason);
+        *self.rejected.entry(reason).or_default() += 1;
         self.finished.push(rec);
     }
 

@@ -93,7 +93,7 @@ impl Summary {
             completed: r.completed,
             rejected: r.rejected.values().sum(),
             rejected_by_reason: r.rejected.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            rejected_limits: r.rejected.keys().map(|k| (k.to_string(), super::reject_limit(k, cfg))).collect(),
+            rejected_limits: r.rejected.keys().map(|k| (k.to_string(), k.limit(cfg))).collect(),
             duration_s,
             request_throughput_rps: ratio(r.completed as f64, duration_s),
             throughput_tok_s: ratio(r.output_tokens as f64, duration_s),
