@@ -5,6 +5,7 @@ pub mod cli;
 pub mod kv_capacity;
 pub mod load_sweep;
 pub mod silicon;
+pub mod static_steps;
 pub mod stats;
 pub mod step_gpu;
 pub mod traces;
