@@ -246,11 +246,13 @@ pub fn validate(dirs: &[PathBuf], tiers: &[Tier]) -> Result<StaticReport> {
             let config = &set.models[&s.label];
             let dep = Deployment { tp: s.tp, ..Deployment::default() };
             let kv_tokens = s.batch as u64 * (s.seq_len + s.new_tokens) as u64;
-            let with_host = Predictor::for_engine(config, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine, host.clone(), kv_tokens)?;
-            let gpu_only = Predictor::for_engine(config, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine, HostOverhead::zero(), kv_tokens)?;
+            // The same wall-time rule as the predictor's (`HostOverhead::step_us`), from one
+            // prediction of the kernels alone.
+            let p = Predictor::for_engine(config, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine, HostOverhead::zero(), kv_tokens)?;
             let work = s.batch_work();
-            let predicted_ms = with_host.step_time(&work).total_us / 1e3;
-            let predicted_gpu_ms = gpu_only.step_time(&work).total_us / 1e3;
+            let gpu_us = p.step_time(&work).total_us;
+            let predicted_ms = host.step_us(gpu_us, &p.step_load(&work, p.step_launches(&work))) / 1e3;
+            let predicted_gpu_ms = gpu_us / 1e3;
             rows.push(StaticRow {
                 model: s.label.clone(),
                 origin: s.origin.clone(),
