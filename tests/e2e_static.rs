@@ -54,3 +54,15 @@ fn gpu_bound_static_prefills_of_held_out_families_beat_the_roofline() {
     assert!(target < 10.0 && cross < 10.0, "median APE target {target:.1} %, cross-gen {cross:.1} %");
     assert!(roofline > 3.0 * target.max(cross), "roofline {roofline:.1} % vs target {target:.1} %, cross-gen {cross:.1} %");
 }
+
+/// `simulate --engine hf-generate` must time steps with the launch cost the static lines were
+/// checked with, not a placeholder: the shipped host file is the eager hf fit's launch term.
+#[test]
+fn the_shipped_generate_host_is_the_eager_fits_launch_cost() {
+    use kernelsight::e2e::static_steps::{generate_host, ENGINE};
+    use kernelsight::perf::host::HostOverhead;
+    let shipped = HostOverhead::for_engine(ENGINE).unwrap();
+    let derived = generate_host(&HostOverhead::for_engine("hf").unwrap());
+    assert_eq!(shipped, derived, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
+    assert!(shipped.launch_per_kernel_us > 5.0 && shipped.per_step_us == 0.0);
+}

@@ -134,6 +134,11 @@ pub fn run(args: E2eArgs) -> Result<()> {
                     let path = host_dir.join(file);
                     std::fs::write(&path, serde_json::to_string_pretty(h)? + "\n")?;
                     eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed the host files", path.display());
+                    if file == "hf.json" {
+                        let path = host_dir.join(format!("{}.json", static_steps::ENGINE));
+                        std::fs::write(&path, serde_json::to_string_pretty(&static_steps::generate_host(h))? + "\n")?;
+                        eprintln!("wrote {} (the launch cost of hf.json)", path.display());
+                    }
                 }
             }
         }

@@ -199,15 +199,15 @@ fn load_folder(folder: &Path, set: &mut StaticSet) -> Result<()> {
     Ok(())
 }
 
-/// The host terms for a plain eager forward: the `hf` fit's cost per kernel launch (the same
+/// The `hf-generate` host model from the eager `hf` one: its cost per kernel launch (the same
 /// modules dispatch the same kernels), none of its scheduler's per-step or per-sequence terms.
-pub fn launch_host() -> Result<HostOverhead> {
-    let hf = HostOverhead::for_engine("hf")?;
-    Ok(HostOverhead {
+/// Shipped as `calibration/host/hf-generate.json`; `validate e2e --fit-host` rewrites it with hf.json.
+pub fn generate_host(hf: &HostOverhead) -> HostOverhead {
+    HostOverhead {
         launch_per_kernel_us: hf.launch_per_kernel_us,
-        source: Provenance::of(format!("launch cost {:.1} us/kernel from calibration/host/hf.json ({})", hf.launch_per_kernel_us, hf.source)),
+        source: Provenance::of(format!("launch cost {:.1} us/kernel of the eager hf host model ({})", hf.launch_per_kernel_us, hf.source.step_terms)),
         ..HostOverhead::zero()
-    })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -238,7 +238,7 @@ pub struct StaticReport {
 pub fn validate(dirs: &[PathBuf], tiers: &[Tier]) -> Result<StaticReport> {
     let set = load(dirs)?;
     let engine = EngineParams::load(ENGINE)?;
-    let host = launch_host()?;
+    let host = HostOverhead::for_engine(ENGINE)?;
     let gpu = load_gpu(super::traces::CALIBRATION_GPU)?;
     let mut rows = Vec::new();
     for &tier in tiers {
