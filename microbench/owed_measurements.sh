@@ -11,7 +11,9 @@
 #      sweep (copy cross-gen lacks the H200's sizes);
 #   3. every GPU but an H100 (measured in session 41): the same chain in FP8 (pre-registered in
 #      the same file);
-#   4. every GPU: the host-speed probe and transformers' capture sweep over depth.
+#   4. every GPU: why Mixtral's static generate decode at 16 x 512 took 5x its kernels
+#      (microbench/e2e/static_moe_decode.py; docs/validation_e2e.md, session 43);
+#   5. every GPU: the host-speed probe and transformers' capture sweep over depth.
 # Writes $OUT/owed.tgz.
 set -u
 budget=${OWED_BUDGET_S:-540}
@@ -46,6 +48,10 @@ if [[ "$gpu" != *H100* ]] && fits 70 fp8; then
   timeout 70 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b_fp8" --dtype fp8 --seconds 8 \
     --shapes $shapes --layers 40 --idle-fracs 0.4 > "$OUT/sustained_fp8.log" 2>&1
   echo "sustained fp8 rc=$?"
+fi
+if fits 100 static_moe; then
+  timeout 100 python3 microbench/e2e/static_moe_decode.py --out "$OUT/static_moe" > "$OUT/static_moe.log" 2>&1
+  echo "static moe decode rc=$?"
 fi
 if fits 150 capture; then
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/probe_0.json" > /dev/null 2>&1
