@@ -66,3 +66,18 @@ fn the_shipped_generate_host_is_the_eager_fits_launch_cost() {
     assert_eq!(shipped, derived, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
     assert!(shipped.launch_per_kernel_us > 5.0 && shipped.per_step_us == 0.0);
 }
+
+/// The eager host model's tensor-parallel hook term is the one the shipped static TP2 decode
+/// lines give (a stale file fails), and it is what those steps leave above launches and
+/// collectives: hundreds of microseconds per layer, not zero.
+#[test]
+fn the_shipped_tp_hook_term_is_fitted_on_the_static_tp_lines() {
+    use kernelsight::e2e::static_steps::fit_tp_hooks;
+    use kernelsight::perf::host::HostOverhead;
+    let (fitted, lines) = fit_tp_hooks(&dirs(), Tier::Target).unwrap().expect("the TP2 folder has static decode lines");
+    assert!(lines >= 6, "{lines} lines");
+    let shipped = HostOverhead::for_engine("hf").unwrap().tp_launch_per_layer_us;
+    assert!((shipped - fitted).abs() < 1e-6 * fitted, "hf.json {shipped} us/layer, fit {fitted}: rerun `validate e2e --fit-host`");
+    assert!((100.0..2_000.0).contains(&fitted), "{fitted} us/layer");
+    assert_eq!(HostOverhead::for_engine("hf-cudagraph").unwrap().tp_launch_per_layer_us, 0.0, "graph replay runs no hooks");
+}

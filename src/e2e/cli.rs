@@ -95,7 +95,13 @@ pub fn run(args: E2eArgs) -> Result<()> {
             );
         }
     }
-    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?)?) };
+    // transformers' TP hooks, from the static decode lines at tp > 1 (none: no term).
+    let tp_hooks = if args.no_traces { None } else { static_steps::fit_tp_hooks(&args.traces, tiers[0])? };
+    if let Some((us, n)) = tp_hooks {
+        eprintln!("hf: tensor-parallel hooks {us:.0} us/layer (median over {n} static TP decode steps)");
+    }
+    let traces_report =
+        if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?, tp_hooks.map_or(0.0, |t| t.0))?) };
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     let kv_rows = if args.no_traces { None } else { Some(kv_capacity::validate(&args.traces)?).filter(|r| !r.is_empty()) };

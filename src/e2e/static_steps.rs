@@ -9,7 +9,7 @@
 use super::stats::{ape, ErrorStats};
 use super::traces::CALIBRATION_FAMILIES;
 use crate::deployment::Deployment;
-use crate::hardware::load_gpu;
+use crate::hardware::{load_gpu, GpuSpec};
 use crate::model::ModelConfig;
 use crate::perf::efficiency::KernelModel;
 use crate::perf::host::{HostOverhead, Provenance};
@@ -68,7 +68,10 @@ impl StaticStep {
     }
 
     pub fn split(&self) -> &'static str {
-        if self.tp > 1 {
+        if self.tp > 1 && self.kind == StaticKind::Decode {
+            // These fit `HostOverhead::tp_launch_per_layer_us` (`fit_tp_hooks`).
+            "tp-hook-fit"
+        } else if self.tp > 1 {
             "held-out-tp"
         } else if CALIBRATION_FAMILIES.contains(&self.family.as_str()) {
             "calibration"
@@ -205,7 +208,8 @@ fn load_folder(folder: &Path, set: &mut StaticSet) -> Result<()> {
 pub fn generate_host(hf: &HostOverhead) -> HostOverhead {
     HostOverhead {
         launch_per_kernel_us: hf.launch_per_kernel_us,
-        source: Provenance::of(format!("launch cost {:.1} us/kernel of the eager hf host model ({})", hf.launch_per_kernel_us, hf.source.step_terms)),
+        tp_launch_per_layer_us: hf.tp_launch_per_layer_us,
+        source: Provenance::of(format!("the eager hf host model's launch and tensor-parallel hook terms ({})", hf.source.step_terms)),
         ..HostOverhead::zero()
     }
 }
@@ -235,6 +239,38 @@ pub struct StaticReport {
     pub host: String,
 }
 
+/// A line's predicted wall time and GPU time (ms): one prediction of the kernels alone, the
+/// wall time by the host model's own rule (`HostOverhead::step_us`).
+fn predict_ms(s: &StaticStep, config: &ModelConfig, gpu: &GpuSpec, engine: &EngineParams, host: &HostOverhead, tier: Tier) -> Result<(f64, f64)> {
+    let dep = Deployment { tp: s.tp, ..Deployment::default() };
+    let kv_tokens = s.batch as u64 * (s.seq_len + s.new_tokens) as u64;
+    let p = Predictor::for_engine(config, gpu, &dep, KernelModel::load(gpu, tier)?, engine, HostOverhead::zero(), kv_tokens)?;
+    let work = s.batch_work();
+    let gpu_us = p.step_time(&work).total_us;
+    Ok((host.step_us(gpu_us, &p.step_load(&work, p.step_launches(&work))) / 1e3, gpu_us / 1e3))
+}
+
+/// Host time per layer (us) that transformers' tensor-parallel hooks add to an eager step: the
+/// median over the static decode steps at tp > 1 (host-bound, split `tp-hook-fit`) of what the
+/// measurement leaves above the prediction without the term, per layer, and the lines used;
+/// None where `dirs` hold no such line.
+pub fn fit_tp_hooks(dirs: &[PathBuf], tier: Tier) -> Result<Option<(f64, usize)>> {
+    let set = load(dirs)?;
+    let engine = EngineParams::load(ENGINE)?;
+    let host = HostOverhead { tp_launch_per_layer_us: 0.0, ..HostOverhead::for_engine(ENGINE)? };
+    let gpu = load_gpu(super::traces::CALIBRATION_GPU)?;
+    let mut per_layer_us = Vec::new();
+    for s in set.steps.iter().filter(|s| s.split() == "tp-hook-fit") {
+        let config = &set.models[&s.label];
+        let (predicted_ms, _) = predict_ms(s, config, &gpu, &engine, &host, tier)?;
+        per_layer_us.push((s.measured_ms - predicted_ms) * 1e3 / config.num_layers as f64);
+    }
+    if per_layer_us.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((crate::quantile::median(&per_layer_us).max(0.0), per_layer_us.len())))
+}
+
 pub fn validate(dirs: &[PathBuf], tiers: &[Tier]) -> Result<StaticReport> {
     let set = load(dirs)?;
     let engine = EngineParams::load(ENGINE)?;
@@ -243,16 +279,7 @@ pub fn validate(dirs: &[PathBuf], tiers: &[Tier]) -> Result<StaticReport> {
     let mut rows = Vec::new();
     for &tier in tiers {
         for s in &set.steps {
-            let config = &set.models[&s.label];
-            let dep = Deployment { tp: s.tp, ..Deployment::default() };
-            let kv_tokens = s.batch as u64 * (s.seq_len + s.new_tokens) as u64;
-            // The same wall-time rule as the predictor's (`HostOverhead::step_us`), from one
-            // prediction of the kernels alone.
-            let p = Predictor::for_engine(config, &gpu, &dep, KernelModel::load(&gpu, tier)?, &engine, HostOverhead::zero(), kv_tokens)?;
-            let work = s.batch_work();
-            let gpu_us = p.step_time(&work).total_us;
-            let predicted_ms = host.step_us(gpu_us, &p.step_load(&work, p.step_launches(&work))) / 1e3;
-            let predicted_gpu_ms = gpu_us / 1e3;
+            let (predicted_ms, predicted_gpu_ms) = predict_ms(s, &set.models[&s.label], &gpu, &engine, &host, tier)?;
             rows.push(StaticRow {
                 model: s.label.clone(),
                 origin: s.origin.clone(),

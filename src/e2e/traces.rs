@@ -1106,13 +1106,25 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
-    validate_models(&models, tiers, &HostSpeed::Scale(1.0))
+    let owned: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
+    let tp_hooks_us = super::static_steps::fit_tp_hooks(&owned, tiers[0])?.map_or(0.0, |f| f.0);
+    validate_models(&models, tiers, &HostSpeed::Scale(1.0), tp_hooks_us)
+}
+
+/// The eager host model with transformers' tensor-parallel hook term (`static_steps::fit_tp_hooks`).
+pub fn with_tp_hooks(mut host: HostOverhead, tp_hooks_us: f64) -> HostOverhead {
+    host.tp_launch_per_layer_us = tp_hooks_us;
+    if tp_hooks_us > 0.0 {
+        host.source.step_terms += &format!("; tensor-parallel hooks {tp_hooks_us:.0} us/layer: median over the static generate decode steps at tp > 1");
+    }
+    host
 }
 
 /// `validate` on traces already loaded.
 /// `vllm_host_speed`: the speed of the host the vLLM runs were measured on, against the one the
-/// shipped `vllm` host model was fitted on (`HostOverhead::at_speed`).
-pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed) -> Result<TracesReport> {
+/// shipped `vllm` host model was fitted on (`HostOverhead::at_speed`). `tp_hooks_us`: the eager
+/// host model's tensor-parallel hook term (`static_steps::fit_tp_hooks`, fitted on other lines).
+pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed, tp_hooks_us: f64) -> Result<TracesReport> {
     let mut report =
         TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
     for m in models {
@@ -1127,7 +1139,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
     let host_vllm = Some(HostOverhead::for_engine("vllm")?.at_speed(vllm_host_speed)?);
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
-        let host = if any_eager { Some(fit_host(models, tier, host_cg.as_ref())?) } else { None };
+        let host = if any_eager { Some(with_tp_hooks(fit_host(models, tier, host_cg.as_ref())?, tp_hooks_us)) } else { None };
         for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = match (run.engine, run.graphs.is_some()) {

@@ -46,6 +46,12 @@ pub struct HostOverhead {
     pub piecewise_launch_per_layer_us: f64,
     #[serde(default)]
     pub eager_launch_per_layer_us: f64,
+    /// Eager engines that shard layers with Python hooks (transformers' tensor-parallel plan:
+    /// hooks around every sharded linear, ranks kept in lockstep): host time per layer of a
+    /// step at tp > 1, before the layer's launches, so it hides behind GPU-bound steps. Fitted
+    /// on static `generate` decode steps at TP2 (`e2e::static_steps::fit_tp_hooks`).
+    #[serde(default)]
+    pub tp_launch_per_layer_us: f64,
     /// Per layer and step, work the kernel graph does not list and no GPU overlap hides: the
     /// unfused eager elementwise kernels (norm pieces, rotary halves, casts, routing) a CUDA
     /// graph of an eager model replays at their launch floor.
@@ -151,6 +157,8 @@ pub struct StepLoad {
     /// (`EngineParams::piecewise_graph_max_tokens`; 0 otherwise).
     pub piecewise_layers: u64,
     pub eager_layers: u64,
+    /// Layers sharded over more than one GPU (tensor parallelism; 0 at tp = 1).
+    pub tp_layers: u64,
     /// Scheduled sequences x the model's KV cache layer groups.
     pub seq_groups: u64,
     /// New (query) tokens of the step.
@@ -189,6 +197,7 @@ impl HostOverhead {
             launch_per_kernel_us: 0.0,
             piecewise_launch_per_layer_us: 0.0,
             eager_launch_per_layer_us: 0.0,
+            tp_launch_per_layer_us: 0.0,
             per_layer_us: 0.0,
             graph_capture_us: 0.0,
             graph_capture_per_kernel_us: 0.0,
@@ -243,7 +252,7 @@ impl HostOverhead {
     }
 
     /// Every time term with its field name: what `scaled` multiplies and `validate` checks.
-    fn terms_mut(&mut self) -> [(&'static str, &mut f64); 17] {
+    fn terms_mut(&mut self) -> [(&'static str, &mut f64); 18] {
         [
             ("per_step_us", &mut self.per_step_us),
             ("per_seq_us", &mut self.per_seq_us),
@@ -255,6 +264,7 @@ impl HostOverhead {
             ("launch_per_kernel_us", &mut self.launch_per_kernel_us),
             ("piecewise_launch_per_layer_us", &mut self.piecewise_launch_per_layer_us),
             ("eager_launch_per_layer_us", &mut self.eager_launch_per_layer_us),
+            ("tp_launch_per_layer_us", &mut self.tp_launch_per_layer_us),
             ("per_layer_us", &mut self.per_layer_us),
             ("graph_capture_us", &mut self.graph_capture_us),
             ("graph_capture_per_kernel_us", &mut self.graph_capture_per_kernel_us),
@@ -270,7 +280,8 @@ impl HostOverhead {
         let launch = self.launch_per_layer_us * load.layers as f64
             + self.launch_per_kernel_us * load.kernels as f64
             + self.piecewise_launch_per_layer_us * load.piecewise_layers as f64
-            + self.eager_launch_per_layer_us * load.eager_layers as f64;
+            + self.eager_launch_per_layer_us * load.eager_layers as f64
+            + self.tp_launch_per_layer_us * load.tp_layers as f64;
         gpu_us.max(launch)
             + self.per_step_us
             + self.per_layer_us * load.layers as f64
@@ -313,6 +324,9 @@ impl HostOverhead {
                 ", prefill steps {:.0} us/layer with piecewise graphs, {:.0} us/layer without",
                 self.piecewise_launch_per_layer_us, self.eager_launch_per_layer_us
             );
+        }
+        if self.tp_launch_per_layer_us > 0.0 {
+            line += &format!(", tensor-parallel hooks {:.0} us/layer at tp > 1", self.tp_launch_per_layer_us);
         }
         if self.sdpa_plan_us > 0.0 {
             line += &format!(", cuDNN SDPA plan {:.0} us per new shape", self.sdpa_plan_us);

@@ -412,6 +412,7 @@ impl Predictor {
             piecewise_layers,
             eager_layers,
             layers: self.model.num_layers,
+            tp_layers: if self.dep.tp > 1 { self.model.num_layers } else { 0 },
             kernels,
             seqs: seqs.len() as u64,
             seq_groups: seqs.len() as u64 * self.cache_groups.iter().sum::<u64>().max(1),
