@@ -169,10 +169,7 @@ fn load_folder(folder: &Path, set: &mut StaticSet) -> Result<()> {
     let cfg_path = folder.join("config.json");
     let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
     let config = ModelConfig::from_hf_json(&text, &label, &cfg_path.display().to_string())?;
-    let family = match label.rfind("-L") {
-        Some(i) if label[i + 2..].chars().all(|c| c.is_ascii_digit()) => label[..i].to_string(),
-        _ => label.clone(),
-    };
+    let family = super::traces::family_of(&label);
     let meta_path = folder.join("model.json");
     let meta: Value = match std::fs::read_to_string(&meta_path) {
         Ok(t) => serde_json::from_str(&t).with_context(|| format!("parsing {}", meta_path.display()))?,

@@ -356,6 +356,14 @@ pub fn load_runs(runs_path: &Path) -> Result<Vec<TraceRun>> {
 }
 
 /// Loads every model folder under `dir` (each with config.json, runs.jsonl, requests.jsonl).
+/// The shipped model a trace folder's model was cut from: `qwen3-8b-L18` -> `qwen3-8b`.
+pub fn family_of(label: &str) -> String {
+    match label.rfind("-L") {
+        Some(i) if label[i + 2..].chars().all(|c| c.is_ascii_digit()) => label[..i].to_string(),
+        _ => label.to_string(),
+    }
+}
+
 pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
     let mut models = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten().map(|e| e.path()).collect();
@@ -365,10 +373,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
         let cfg_path = folder.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
         let config = ModelConfig::from_hf_json(&text, &label, &cfg_path.display().to_string())?;
-        let family = match label.rfind("-L") {
-            Some(i) if label[i + 2..].chars().all(|c| c.is_ascii_digit()) => label[..i].to_string(),
-            _ => label.clone(),
-        };
+        let family = family_of(&label);
         let mut runs = load_runs(&folder.join("runs.jsonl"))?;
         let req_path = folder.join("requests.jsonl");
         // A folder whose runs were all skipped has no request file.
