@@ -4,7 +4,8 @@
 //! `generate` from an L-token prompt, both with CUDA events around eager PyTorch, so a step lasts
 //! as long as its kernels or its Python launches, whichever is longer. Predicted with the
 //! `hf-generate` engine profile and the launch cost the eager `hf` host model fitted on
-//! continuous-batching steps; nothing is fitted on these lines.
+//! continuous-batching steps. Only the decode lines at tp > 1 fit anything: the tensor-parallel
+//! hook term (`fit_tp_hooks`, split `tp-hook-fit`).
 
 use super::stats::{ape, ErrorStats};
 use super::traces::CALIBRATION_FAMILIES;
@@ -310,7 +311,7 @@ impl StaticReport {
     /// Per-line table for `tier`, then the summary of every tier.
     pub fn render(&self, tier: &str) -> String {
         let mut s = format!(
-            "Static generate batches (transformers `generate`, eager, engine profile `{ENGINE}`; host: {}): APE % per line, nothing fitted on them\n",
+            "Static generate batches (transformers `generate`, eager, engine profile `{ENGINE}`; host: {}): APE % per line; only the tp-hook-fit lines fit a term\n",
             self.host
         );
         s += &format!("  [{tier}] {:<12} {:<7} {:>5} {:>5} {:>3} {:<24} {:>8} {:>8} {:>8} {:<5} {:>7}\n", "split", "kind", "batch", "len", "tp", "model", "meas ms", "pred ms", "gpu ms", "bound", "APE");
