@@ -322,3 +322,13 @@ fn trtllm_serves_an_fp8_checkpoint_with_its_fp8_kv_cache() {
     let r = sim(&["--model", "llama-3.1-8b", "--gpu", "h100_sxm", "--engine", "trtllm", "--num-requests", "4", "--isl", "128", "--osl", "4"]);
     assert_eq!(r.scenario.dep.kv_dtype, Dtype::Bf16);
 }
+
+/// Every shipped engine profile is named in `simulate --help`, so a user can find it.
+#[test]
+fn simulate_help_names_every_shipped_engine() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kernelsight")).args(["simulate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in kernelsight::sim::engine::builtin_engines() {
+        assert!(help.contains(&name), "engine '{name}' missing from simulate --help");
+    }
+}

@@ -48,7 +48,7 @@ impl SloArgs {
 /// Engine, timing tier and outputs, shared by `plan` and `capacity`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// Engine policy and defaults (see calibration/engines/): vllm, sglang, static, or a .toml path.
+    /// Engine profile and defaults (calibration/engines/): vllm, sglang, trtllm, hf, hf-cudagraph, hf-generate, static; or a .toml path.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
     /// How requests are spread over data-parallel replicas.

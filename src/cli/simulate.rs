@@ -31,7 +31,7 @@ pub struct SimulateArgs {
     /// Data-parallel replicas, each a full tp x pp engine.
     #[arg(long, default_value_t = 1, allow_hyphen_values = true)]
     pub dp: i64,
-    /// Engine policy: vllm, sglang, static (calibration/engines/*.toml) or a path to an engine .toml.
+    /// Engine profile (calibration/engines/*.toml): vllm, sglang, trtllm, hf (transformers continuous batching, eager), hf-cudagraph, hf-generate (transformers `generate`, static batches), static; or a path to an engine .toml.
     #[arg(long, default_value = "vllm")]
     pub engine: String,
     /// Token budget of one step (engine default otherwise).
