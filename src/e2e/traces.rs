@@ -1112,7 +1112,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
         models.extend(load_dir(dir)?);
     }
     let owned: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
-    let tp_hooks_us = super::static_steps::fit_tp_hooks(&owned, tiers[0])?.map_or(0.0, |f| f.0);
+    let tp_hooks_us = super::static_steps::fit_tp_hooks(&owned, tiers.first().copied().unwrap_or(Tier::Target))?.map_or(0.0, |f| f.0);
     validate_models(&models, tiers, &HostSpeed::Scale(1.0), tp_hooks_us)
 }
 
