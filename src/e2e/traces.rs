@@ -355,7 +355,6 @@ pub fn load_runs(runs_path: &Path) -> Result<Vec<TraceRun>> {
     Ok(runs)
 }
 
-/// Loads every model folder under `dir` (each with config.json, runs.jsonl, requests.jsonl).
 /// The shipped model a trace folder's model was cut from: `qwen3-8b-L18` -> `qwen3-8b`.
 pub fn family_of(label: &str) -> String {
     match label.rfind("-L") {
@@ -364,6 +363,7 @@ pub fn family_of(label: &str) -> String {
     }
 }
 
+/// Loads every model folder under `dir` (each with config.json, runs.jsonl, requests.jsonl).
 pub fn load_dir(dir: &Path) -> Result<Vec<TraceModel>> {
     let mut models = Vec::new();
     let mut entries: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten().map(|e| e.path()).collect();

@@ -341,8 +341,7 @@ fn check_rejections(rejected: &BTreeMap<Rejection, u64>, cfg: &SimConfig) -> Res
     if rejected.is_empty() {
         return Ok(());
     }
-    let parts: Vec<String> = rejected.iter().map(|(k, v)| format!("{v} {k} ({})", k.limit(cfg))).collect();
-    bail!("requests rejected: {}", parts.join(", "))
+    bail!("requests rejected: {}", crate::sim::reject::describe(rejected, cfg, ", "))
 }
 
 impl Evaluator for SimEvaluator {

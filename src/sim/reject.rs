@@ -54,6 +54,11 @@ impl Rejection {
     }
 }
 
+/// "N reason (limit)" for every reason counted, `sep`-joined: what an error names.
+pub fn describe(counts: &std::collections::BTreeMap<Rejection, u64>, cfg: &SimConfig, sep: &str) -> String {
+    counts.iter().map(|(k, n)| format!("{n} {k} ({})", k.limit(cfg))).collect::<Vec<_>>().join(sep)
+}
+
 impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -51,8 +51,7 @@ pub fn simulate(point: &SimPoint, tier: Tier, host: Option<&HostOverhead>) -> Re
     let out = sim::run(&sc.cfg, &sc.predictor, source.as_mut(), sc.workload.closed_loop(), &mut NoObserver)?;
     let r = &out.rec;
     if !r.rejected.is_empty() {
-        let why: Vec<String> = r.rejected.iter().map(|(k, n)| format!("{n} {k}: {}", k.limit(&sc.cfg))).collect();
-        bail!("{} of {} requests rejected ({})", r.rejected.values().sum::<u64>(), out.num_requests, why.join("; "));
+        bail!("{} of {} requests rejected ({})", r.rejected.values().sum::<u64>(), out.num_requests, sim::reject::describe(&r.rejected, &sc.cfg, "; "));
     }
     if r.completed == 0 || r.tpot_us.count() == 0 {
         bail!("no request completed with more than one output token");
