@@ -81,3 +81,31 @@ fn the_shipped_tp_hook_term_is_fitted_on_the_static_tp_lines() {
     assert!((100.0..2_000.0).contains(&fitted), "{fitted} us/layer");
     assert_eq!(HostOverhead::for_engine("hf-cudagraph").unwrap().tp_launch_per_layer_us, 0.0, "graph replay runs no hooks");
 }
+
+/// The hook term reaches a step: at tp = 2 every layer of a host-bound eager decode pays it on
+/// top of its launches, at tp = 1 none does.
+#[test]
+fn tensor_parallel_hooks_are_charged_per_layer_at_tp_above_one() {
+    use kernelsight::deployment::Deployment;
+    use kernelsight::hardware::load_gpu;
+    use kernelsight::model::ModelConfig;
+    use kernelsight::perf::efficiency::KernelModel;
+    use kernelsight::perf::host::HostOverhead;
+    use kernelsight::perf::predictor::Predictor;
+    use kernelsight::perf::{SeqWork, StepTimeModel};
+    use kernelsight::sim::engine::EngineParams;
+    let (gpu, cfg) = (load_gpu("h200_sxm").unwrap(), ModelConfig::load("llama-3.1-8b").unwrap());
+    let engine = EngineParams::load("hf-generate").unwrap();
+    let work = vec![SeqWork { new_tokens: 1, cached_tokens: 512 }; 8];
+    let step_ms = |tp: u64, host: HostOverhead| {
+        let dep = Deployment { tp, ..Deployment::default() };
+        let p = Predictor::for_engine(&cfg, &gpu, &dep, KernelModel::load(&gpu, Tier::Target).unwrap(), &engine, host, 8 * 520).unwrap();
+        p.step_time(&work).total_us / 1e3
+    };
+    let hooks = HostOverhead::for_engine("hf-generate").unwrap();
+    let none = HostOverhead { tp_launch_per_layer_us: 0.0, ..hooks.clone() };
+    let added_ms = step_ms(2, hooks.clone()) - step_ms(2, none.clone());
+    let expected_ms = hooks.tp_launch_per_layer_us * cfg.num_layers as f64 / 1e3;
+    assert!(expected_ms > 1.0 && (added_ms - expected_ms).abs() < 1e-6 * expected_ms, "added {added_ms} ms, expected {expected_ms}");
+    assert_eq!(step_ms(1, hooks), step_ms(1, none), "tp = 1 runs no hooks");
+}
