@@ -44,7 +44,8 @@ fn models_the_profile_cannot_price_are_listed_with_the_reason() {
 /// issue's 10 % (TTFT) and far better than the plain roofline.
 #[test]
 fn gpu_bound_static_prefills_of_held_out_families_beat_the_roofline() {
-    let report = validate(&dirs(), &[Tier::Target, Tier::CrossGen, Tier::Roofline]).unwrap();
+    let host = kernelsight::e2e::static_steps::fit_host(&dirs(), Tier::Target).unwrap().expect("the folders hold static lines");
+    let report = validate(&dirs(), &[Tier::Target, Tier::CrossGen, Tier::Roofline], &host).unwrap();
     let median = |tier: &str| {
         let apes: Vec<f64> = report.rows.iter().filter(|r| r.tier == tier && r.split == "held-out" && r.kind == StaticKind::Prefill && r.gpu_bound).map(|r| r.ape).collect();
         assert!(apes.len() >= 5, "{tier}: {} GPU-bound held-out prefills", apes.len());
@@ -55,31 +56,56 @@ fn gpu_bound_static_prefills_of_held_out_families_beat_the_roofline() {
     assert!(roofline > 3.0 * target.max(cross), "roofline {roofline:.1} % vs target {target:.1} %, cross-gen {cross:.1} %");
 }
 
-/// `simulate --engine hf-generate` must time steps with the launch cost the static lines were
-/// checked with, not a placeholder: the shipped host file is the eager hf fit's launch term.
+/// `simulate --engine hf-generate` must time steps with the host model the static lines were
+/// checked with, not a placeholder or a stale fit: the shipped file is `fit_host`'s (target
+/// tier), with a dispatch cost per aten op and a tensor-parallel hook term of the size Python
+/// gives (microseconds per op, hundreds per layer), and the hooks only where hooks run.
 #[test]
-fn the_shipped_generate_host_is_the_eager_fits_launch_cost() {
-    use kernelsight::e2e::static_steps::{generate_host, ENGINE};
+fn the_shipped_generate_host_is_the_static_fit() {
+    use kernelsight::e2e::static_steps::{fit_host, ENGINE};
     use kernelsight::perf::host::HostOverhead;
     let shipped = HostOverhead::for_engine(ENGINE).unwrap();
-    let derived = generate_host(&HostOverhead::for_engine("hf").unwrap());
-    assert_eq!(shipped, derived, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
-    assert!(shipped.launch_per_kernel_us > 5.0 && shipped.per_step_us == 0.0);
+    let fitted = fit_host(&dirs(), Tier::Target).unwrap().expect("the folders hold static lines");
+    assert_eq!(shipped, fitted, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
+    assert!((3.0..30.0).contains(&fitted.launch_per_host_op_us), "{} us per aten op", fitted.launch_per_host_op_us);
+    assert!((100.0..2_000.0).contains(&fitted.tp_launch_per_layer_us), "{} us/layer", fitted.tp_launch_per_layer_us);
+    assert_eq!(HostOverhead::for_engine("hf").unwrap().tp_launch_per_layer_us, fitted.tp_launch_per_layer_us, "hf.json carries the same hook term");
+    assert_eq!(HostOverhead::for_engine("hf-cudagraph").unwrap().tp_launch_per_layer_us, 0.0, "graph replay runs no hooks");
 }
 
-/// The eager host model's tensor-parallel hook term is the one the shipped static TP2 decode
-/// lines give (a stale file fails), and it is what those steps leave above launches and
-/// collectives: hundreds of microseconds per layer, not zero.
+/// The eager profiles' aten-op counts (`[host_ops]`) are the probe's: one layer of each probed
+/// model (its 4-layer forward less its 2-layer one, `h200_sxm_eager_host_ops.json`) against what
+/// the `hf` profile counts for the same two layers of an 8-token step. Within 12 %: the profile
+/// keeps one count per op where families differ a little (Gemma-3's norms, each family's router).
 #[test]
-fn the_shipped_tp_hook_term_is_fitted_on_the_static_tp_lines() {
-    use kernelsight::e2e::static_steps::fit_tp_hooks;
+fn the_eager_profile_counts_the_aten_ops_the_probe_counted() {
+    use kernelsight::deployment::Deployment;
+    use kernelsight::hardware::load_gpu;
+    use kernelsight::model::ModelConfig;
+    use kernelsight::perf::efficiency::KernelModel;
     use kernelsight::perf::host::HostOverhead;
-    let (fitted, lines) = fit_tp_hooks(&dirs(), Tier::Target).unwrap().expect("the TP2 folder has static decode lines");
-    assert!(lines >= 6, "{lines} lines");
-    let shipped = HostOverhead::for_engine("hf").unwrap().tp_launch_per_layer_us;
-    assert!((shipped - fitted).abs() < 1e-6 * fitted, "hf.json {shipped} us/layer, fit {fitted}: rerun `validate e2e --fit-host`");
-    assert!((100.0..2_000.0).contains(&fitted), "{fitted} us/layer");
-    assert_eq!(HostOverhead::for_engine("hf-cudagraph").unwrap().tp_launch_per_layer_us, 0.0, "graph replay runs no hooks");
+    use kernelsight::perf::predictor::Predictor;
+    use kernelsight::perf::SeqWork;
+    use kernelsight::sim::engine::EngineParams;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("microbench/data/h200_sxm/h200_sxm_eager_host_ops.json");
+    let probe: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (gpu, engine) = (load_gpu("h200_sxm").unwrap(), EngineParams::load("hf").unwrap());
+    let mut checked = 0;
+    for name in ["llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.1", "gemma-3-27b-it", "qwen3-30b-a3b", "mixtral-8x7b-v0.1", "gpt-oss-20b"] {
+        let ops = |layers: u32| probe["models"][format!("{name}-L{layers}")]["aten_ops"].as_f64().unwrap();
+        let measured = (ops(4) - ops(2)) / 2.0;
+        let counted = |layers: usize| {
+            let mut m = ModelConfig::load(name).unwrap();
+            m.layers.truncate(layers);
+            m.num_layers = layers as u64;
+            let p = Predictor::for_engine(&m, &gpu, &Deployment::default(), KernelModel::load(&gpu, Tier::Target).unwrap(), &engine, HostOverhead::zero(), 1 << 16).unwrap();
+            p.step_host_ops(&[SeqWork { new_tokens: 8, cached_tokens: 0 }]) as f64
+        };
+        let per_layer = (counted(4) - counted(2)) / 2.0;
+        assert!((per_layer / measured - 1.0).abs() < 0.12, "{name}: the profile counts {per_layer} aten ops per layer, the probe {measured}");
+        checked += 1;
+    }
+    assert_eq!(checked, 7);
 }
 
 /// The hook term reaches a step: at tp = 2 every layer of a host-bound eager decode pays it on

@@ -95,17 +95,20 @@ pub fn run(args: E2eArgs) -> Result<()> {
             );
         }
     }
-    // transformers' TP hooks, from the static decode lines at tp > 1 (none: no term).
-    let tp_hooks = if args.no_traces { None } else { static_steps::fit_tp_hooks(&args.traces, tiers[0])? };
-    if let Some((us, n)) = tp_hooks {
-        eprintln!("hf: tensor-parallel hooks {us:.0} us/layer (median over {n} static TP decode steps)");
+    // `generate`'s host model, with transformers' TP hooks from the static decode lines at tp > 1.
+    let generate_host = if args.no_traces { None } else { static_steps::fit_host(&args.traces, tiers[0])? };
+    if let Some(h) = &generate_host {
+        eprintln!("{}: {}", static_steps::ENGINE, h.summary());
     }
-    let traces_report =
-        if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?, tp_hooks.map_or(0.0, |t| t.0))?) };
+    let tp_hooks_us = generate_host.as_ref().map_or(0.0, |h| h.tp_launch_per_layer_us);
+    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?, tp_hooks_us)?) };
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     let kv_rows = if args.no_traces { None } else { Some(kv_capacity::validate(&args.traces)?).filter(|r| !r.is_empty()) };
-    let static_report = if args.no_traces { None } else { Some(static_steps::validate(&args.traces, &tiers)?).filter(|r| !r.rows.is_empty()) };
+    let static_report = match &generate_host {
+        Some(h) => Some(static_steps::validate(&args.traces, &tiers, h)?).filter(|r| !r.rows.is_empty()),
+        None => None,
+    };
     if args.json {
         let static_json = static_report.as_ref().map(|r| serde_json::json!({ "rows": r.rows, "not_priced": r.skipped, "host": r.host }));
         let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h200_static_generate": static_json, "kv_capacity": kv_rows, "h100_public": silicon_report });
@@ -140,12 +143,12 @@ pub fn run(args: E2eArgs) -> Result<()> {
                     let path = host_dir.join(file);
                     std::fs::write(&path, serde_json::to_string_pretty(h)? + "\n")?;
                     eprintln!("wrote {} (fitted with tier {tier}); rebuild to embed the host files", path.display());
-                    if file == "hf.json" {
-                        let path = host_dir.join(format!("{}.json", static_steps::ENGINE));
-                        std::fs::write(&path, serde_json::to_string_pretty(&static_steps::generate_host(h))? + "\n")?;
-                        eprintln!("wrote {} (the launch cost of hf.json)", path.display());
-                    }
                 }
+            }
+            if let Some(h) = &generate_host {
+                let path = host_dir.join(format!("{}.json", static_steps::ENGINE));
+                std::fs::write(&path, serde_json::to_string_pretty(h)? + "\n")?;
+                eprintln!("wrote {} (fitted with tier {tier})", path.display());
             }
         }
     }

@@ -605,8 +605,8 @@ pub fn logged_step_batch(s: &TraceStep) -> Vec<SeqWork> {
 }
 
 /// Fits the eager `hf` host model on the calibration families' decode-only steps where the host
-/// dominates (predicted GPU time under half the measured step): measured = launch x kernels
-/// (the step's kernel launches as the engine issues them, unfused pieces counted) + per_step +
+/// dominates (predicted GPU time under half the measured step): measured = dispatch x host ops
+/// (the aten ops the step's Python dispatches, `Predictor::step_host_ops`) + per_step +
 /// per_seq x sequences (+ the probes' bookkeeping terms, fixed), by least squares with
 /// non-negative coefficients. (Fitting a per-group term on these steps themselves gave 0 and
 /// raised held-out eager TPOT error from 15.3 to 19.2 %: the eager steps' launches dominate.)
@@ -636,7 +636,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
                 let gpu_us = p.step_time(&batch).total_us;
                 if gpu_us < 0.5 * measured_us {
                     let rest_us = measured_us - keep.step_us(0.0, &p.step_load(&batch, 0));
-                    rows.push(([p.step_launches(&batch) as f64, 1.0, s.num_requests as f64, f64::from(u8::from(new_plan))], rest_us));
+                    rows.push(([p.step_host_ops(&batch) as f64, 1.0, s.num_requests as f64, f64::from(u8::from(new_plan))], rest_us));
                 }
             }
         }
@@ -646,7 +646,7 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     }
     let coef = nonneg_least_squares(&rows);
     Ok(HostOverhead {
-        launch_per_kernel_us: coef[0],
+        launch_per_host_op_us: coef[0],
         per_step_us: coef[1],
         per_seq_us: coef[2],
         sdpa_plan_us: coef[3],
@@ -880,7 +880,7 @@ pub fn fit_host_cudagraph(models: &[TraceModel], tier: Tier) -> Result<HostOverh
 
 /// Ordinary least squares, refitting without any coefficient that comes out negative (an
 /// overhead cannot be negative).
-fn nonneg_least_squares<const N: usize>(rows: &[([f64; N], f64)]) -> [f64; N] {
+pub(crate) fn nonneg_least_squares<const N: usize>(rows: &[([f64; N], f64)]) -> [f64; N] {
     nonneg_weighted_least_squares(rows, &vec![1.0; rows.len()])
 }
 
@@ -1112,11 +1112,11 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
         models.extend(load_dir(dir)?);
     }
     let owned: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
-    let tp_hooks_us = super::static_steps::fit_tp_hooks(&owned, tiers.first().copied().unwrap_or(Tier::Target))?.map_or(0.0, |f| f.0);
+    let tp_hooks_us = super::static_steps::fit_host(&owned, tiers.first().copied().unwrap_or(Tier::Target))?.map_or(0.0, |h| h.tp_launch_per_layer_us);
     validate_models(&models, tiers, &HostSpeed::Scale(1.0), tp_hooks_us)
 }
 
-/// The eager host model with transformers' tensor-parallel hook term (`static_steps::fit_tp_hooks`).
+/// The eager host model with transformers' tensor-parallel hook term (`static_steps::fit_host`).
 pub fn with_tp_hooks(mut host: HostOverhead, tp_hooks_us: f64) -> HostOverhead {
     host.tp_launch_per_layer_us = tp_hooks_us;
     if tp_hooks_us > 0.0 {
@@ -1128,7 +1128,7 @@ pub fn with_tp_hooks(mut host: HostOverhead, tp_hooks_us: f64) -> HostOverhead {
 /// `validate` on traces already loaded.
 /// `vllm_host_speed`: the speed of the host the vLLM runs were measured on, against the one the
 /// shipped `vllm` host model was fitted on (`HostOverhead::at_speed`). `tp_hooks_us`: the eager
-/// host model's tensor-parallel hook term (`static_steps::fit_tp_hooks`, fitted on other lines).
+/// host model's tensor-parallel hook term (`static_steps::fit_host`, fitted on other lines).
 pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed, tp_hooks_us: f64) -> Result<TracesReport> {
     let mut report =
         TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };

@@ -305,6 +305,11 @@ fn attn_tag(a: AttnKind) -> String {
 /// 256 tokens; vLLM's own write of 12 decode tokens: 2.3 us, its ~20 preparation kernels ~40 us).
 pub const ENGINE_STEP_LIBRARY: &str = "torch_index_copy";
 
+/// Every library the graph itself pins on an instance (the rest are the engine's choice per op),
+/// so that an engine profile can name them (`EngineParams::host_ops`).
+pub const INSTANCE_LIBRARIES: [&str; 5] =
+    [ENGINE_STEP_LIBRARY, "torch_index_select", "torch_masked_scatter", "torch_repeat_kv", crate::calibrate::model::EAGER_SINKS_BACKEND];
+
 /// Bytes one input-preparation kernel moves (`step_prep_kernels`): a few KB, so its time is
 /// the library's launch floor on any GPU.
 const STEP_PREP_BYTES: u64 = 4096;
@@ -565,6 +570,7 @@ mod tests {
         let scatter: Vec<_> = ks.iter().filter(|k| k.name.ends_with("kv_masked_scatter")).collect();
         assert_eq!(scatter.len(), 1, "only the sliding group scatters");
         assert!(scatter[0].name.contains("sliding"));
+        assert!(ks.iter().filter_map(|k| k.library).all(|l| INSTANCE_LIBRARIES.contains(&l)), "a pinned library missing from INSTANCE_LIBRARIES");
     }
 
     #[test]
@@ -580,5 +586,6 @@ mod tests {
         // 4 queries against 4 + 400 keys, KV heads not yet repeated; no separate repeat copy.
         assert_eq!((attn[0].kernel.seq_len, attn[0].kernel.kv_len, attn[0].kernel.num_heads, attn[0].kernel.num_kv_heads), (4, 400, hq, hkv));
         assert!(ks.iter().all(|k| !k.name.ends_with("kv_repeat")));
+        assert!(ks.iter().filter_map(|k| k.library).all(|l| INSTANCE_LIBRARIES.contains(&l)), "a pinned library missing from INSTANCE_LIBRARIES");
     }
 }

@@ -33,11 +33,10 @@ pub struct HostOverhead {
     /// lasts max(GPU time, launch_per_layer_us x layers). 0 for CUDA-graph engines.
     #[serde(default)]
     pub launch_per_layer_us: f64,
-    /// Eager engines: Python dispatch and launch per kernel; the step lasts at least
-    /// `launch_per_layer_us x layers + launch_per_kernel_us x kernels` (the kernels of the step
-    /// as the engine launches them, unfused pieces counted).
+    /// Eager engines: Python dispatch per aten op; the step lasts at least
+    /// `launch_per_layer_us x layers + launch_per_host_op_us x host_ops` (`StepLoad::host_ops`).
     #[serde(default)]
-    pub launch_per_kernel_us: f64,
+    pub launch_per_host_op_us: f64,
     /// Engines with piecewise compiled graphs (`EngineParams::piecewise_graph_max_tokens`):
     /// host time per layer of a step with prefill tokens that replays the pieces (attention
     /// launched between them), and of one too large for graphs (the compiled model run without
@@ -150,8 +149,9 @@ pub struct CaptureLoad {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepLoad {
     pub layers: u64,
-    /// Kernel launches as the engine issues them (unfused pieces counted).
-    pub kernels: u64,
+    /// Aten ops the engine's Python dispatches (`EngineParams::host_ops`; an op the profile does
+    /// not list counts its kernel launches, unfused pieces counted).
+    pub host_ops: u64,
     pub seqs: u64,
     /// Layers of a step that replays piecewise graphs / runs the compiled model without graphs
     /// (`EngineParams::piecewise_graph_max_tokens`; 0 otherwise).
@@ -194,7 +194,7 @@ impl HostOverhead {
             per_full_read_token_us: 0.0,
             per_sliding_read_token_us: 0.0,
             launch_per_layer_us: 0.0,
-            launch_per_kernel_us: 0.0,
+            launch_per_host_op_us: 0.0,
             piecewise_launch_per_layer_us: 0.0,
             eager_launch_per_layer_us: 0.0,
             tp_launch_per_layer_us: 0.0,
@@ -261,7 +261,7 @@ impl HostOverhead {
             ("per_full_read_token_us", &mut self.per_full_read_token_us),
             ("per_sliding_read_token_us", &mut self.per_sliding_read_token_us),
             ("launch_per_layer_us", &mut self.launch_per_layer_us),
-            ("launch_per_kernel_us", &mut self.launch_per_kernel_us),
+            ("launch_per_host_op_us", &mut self.launch_per_host_op_us),
             ("piecewise_launch_per_layer_us", &mut self.piecewise_launch_per_layer_us),
             ("eager_launch_per_layer_us", &mut self.eager_launch_per_layer_us),
             ("tp_launch_per_layer_us", &mut self.tp_launch_per_layer_us),
@@ -278,7 +278,7 @@ impl HostOverhead {
     /// Step wall time from the GPU time of its kernels and what the step asks of the host.
     pub fn step_us(&self, gpu_us: f64, load: &StepLoad) -> f64 {
         let launch = self.launch_per_layer_us * load.layers as f64
-            + self.launch_per_kernel_us * load.kernels as f64
+            + self.launch_per_host_op_us * load.host_ops as f64
             + self.piecewise_launch_per_layer_us * load.piecewise_layers as f64
             + self.eager_launch_per_layer_us * load.eager_layers as f64
             + self.tp_launch_per_layer_us * load.tp_layers as f64;
@@ -316,8 +316,8 @@ impl HostOverhead {
         if self.launch_per_layer_us > 0.0 {
             line += &format!(", eager launches {:.0} us/layer", self.launch_per_layer_us);
         }
-        if self.launch_per_kernel_us > 0.0 {
-            line += &format!(", eager launches {:.1} us/kernel", self.launch_per_kernel_us);
+        if self.launch_per_host_op_us > 0.0 {
+            line += &format!(", eager dispatch {:.1} us/aten op", self.launch_per_host_op_us);
         }
         if self.piecewise_launch_per_layer_us > 0.0 || self.eager_launch_per_layer_us > 0.0 {
             line += &format!(
@@ -400,9 +400,9 @@ mod tests {
         assert_eq!(h.step_us(5_000.0, &one), 16_100.0);
         // ... but not a 40 ms one.
         assert_eq!(h.step_us(40_000.0, &one), 40_100.0);
-        // Per-kernel launches add to the per-layer ones: 32 x 500 + 400 x 50 = 36 ms.
-        let k = HostOverhead { launch_per_kernel_us: 50.0, ..h };
-        assert_eq!(k.step_us(5_000.0, &StepLoad { kernels: 400, ..one }), 36_100.0);
+        // Per-op dispatches add to the per-layer launches: 32 x 500 + 400 x 50 = 36 ms.
+        let k = HostOverhead { launch_per_host_op_us: 50.0, ..h };
+        assert_eq!(k.step_us(5_000.0, &StepLoad { host_ops: 400, ..one }), 36_100.0);
     }
 
     #[test]

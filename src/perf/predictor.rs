@@ -46,6 +46,9 @@ pub struct Predictor {
     unfused: BTreeMap<crate::schema::Op, u32>,
     /// Ops the engine launches as several kernels but that are timed as one (launch counts).
     launches_per_op: BTreeMap<crate::schema::Op, u32>,
+    /// Aten ops the engine's Python dispatches per instance of an op, by op and library
+    /// (`EngineParams::host_ops`); ops not listed count their launches.
+    host_ops: BTreeMap<(crate::schema::Op, Option<&'static str>), u32>,
     /// The engine runs q/k/v, gate/up and the q/k norms as separate modules (`EngineParams::separate_modules`).
     separate_modules: bool,
     /// The host prepares step n+1 while the GPU runs step n (`EngineParams::async_scheduling`).
@@ -75,12 +78,27 @@ pub struct Predictor {
 #[derive(Clone)]
 struct TokenCost {
     cost: StepCost,
-    launches: u64,
+    dispatches: Dispatches,
     capped_gemms: Arc<[(f64, f64)]>,
     tensor_flops: f64,
     /// Some capped GEMM runs faster than the back-to-back rate at the tables' rate (else the
     /// cap cannot bind and the step's other FLOPs need not be counted).
     cap_can_bind: bool,
+}
+
+/// A step's kernel launches (what a CUDA-graph capture records) and the aten ops its Python
+/// dispatches (what an eager engine's host pays for: `StepLoad::host_ops`).
+#[derive(Clone, Copy, Default)]
+struct Dispatches {
+    launches: u64,
+    host_ops: u64,
+}
+
+impl std::ops::Add for Dispatches {
+    type Output = Dispatches;
+    fn add(self, o: Dispatches) -> Dispatches {
+        Dispatches { launches: self.launches + o.launches, host_ops: self.host_ops + o.host_ops }
+    }
 }
 
 /// What `Predictor::add_kernels` collects besides the cost: the power-capped GEMMs (time at
@@ -127,6 +145,7 @@ impl Predictor {
             graphs: None,
             unfused: Default::default(),
             launches_per_op: Default::default(),
+            host_ops: Default::default(),
             separate_modules: false,
             async_scheduling: false,
             piecewise_graph_max_tokens: None,
@@ -175,6 +194,7 @@ impl Predictor {
         p.unfused = unfused;
         p.launches_per_op = engine.op_launches()?;
         p.launches_per_op.extend(measured);
+        p.host_ops = engine.op_host_ops()?;
         p.separate_modules = engine.separate_modules;
         p.async_scheduling = engine.async_scheduling;
         p.piecewise_graph_max_tokens = engine.piecewise_graph_max_tokens.map(u64::from);
@@ -346,11 +366,21 @@ impl Predictor {
         ki.count * self.unfused.get(op).or_else(|| self.launches_per_op.get(op)).copied().unwrap_or(1) as u64
     }
 
+    /// Aten ops the engine's Python dispatches for `ki` in a step: the profile's count for its
+    /// op and library, else for its op, else its launches.
+    fn host_ops(&self, ki: &KernelInstance) -> u64 {
+        let op = ki.kernel.op;
+        match ki.library.and_then(|l| self.host_ops.get(&(op, Some(l)))).or_else(|| self.host_ops.get(&(op, None))) {
+            Some(&n) => ki.count * n as u64,
+            None => self.launches(ki),
+        }
+    }
+
     /// Adds the kernels' time at their tables' rates to `cost`, except GEMMs the power cap
     /// applies to, which go to `out`; returns how many kernel launches they are (an op the
-    /// engine runs unfused counts each piece).
-    fn add_kernels(&self, cost: &mut StepCost, out: &mut Kernels, kernels: &[KernelInstance], count_flops: bool) -> u64 {
-        let mut launches = 0;
+    /// engine runs unfused counts each piece) and how many aten ops the host dispatches.
+    fn add_kernels(&self, cost: &mut StepCost, out: &mut Kernels, kernels: &[KernelInstance], count_flops: bool) -> Dispatches {
+        let mut d = Dispatches::default();
         for ki in kernels {
             let us = self.table_rate_us(ki) * ki.count as f64;
             let flops = if count_flops && self.sustained_gemm.is_some() { crate::kernels::cost::flops(&ki.kernel) * ki.count as f64 } else { 0.0 };
@@ -360,9 +390,9 @@ impl Predictor {
                 cost.add_class(ki.kernel.op.class(), us);
                 out.tensor_flops += flops * self.gpu.peak_flops(crate::schema::Dtype::Bf16) / self.gpu.peak_flops(ki.kernel.dtype);
             }
-            launches += self.launches(ki);
+            d = d + Dispatches { launches: self.launches(ki), host_ops: self.host_ops(ki) };
         }
-        launches
+        d
     }
 
     fn token_cost(&self, tokens: u64, seqs: u64, routed: u64) -> TokenCost {
@@ -371,9 +401,9 @@ impl Predictor {
             return c.clone();
         }
         let (mut cost, mut k) = (StepCost::default(), Kernels::default());
-        let launches = self.add_kernels(&mut cost, &mut k, &self.token_kernels_routed(tokens, seqs, routed), true);
+        let dispatches = self.add_kernels(&mut cost, &mut k, &self.token_kernels_routed(tokens, seqs, routed), true);
         let cap_can_bind = self.sustained_gemm.as_ref().is_some_and(|cap| k.capped_gemms.iter().any(|&(us, flops)| us < flops / (cap.sustained_tflops() * 1e6)));
-        let c = TokenCost { cost, launches, capped_gemms: k.capped_gemms.into(), tensor_flops: k.tensor_flops, cap_can_bind };
+        let c = TokenCost { cost, dispatches, capped_gemms: k.capped_gemms.into(), tensor_flops: k.tensor_flops, cap_can_bind };
         self.token_cache.lock().expect("cache poisoned").insert(key, c.clone());
         c
     }
@@ -382,9 +412,18 @@ impl Predictor {
 impl Predictor {
     /// Kernel launches of a step as the engine issues them (unfused pieces counted).
     pub fn step_launches(&self, seqs: &[SeqWork]) -> u64 {
+        self.step_dispatches(seqs).launches
+    }
+
+    /// Aten ops the engine's Python dispatches in a step (`StepLoad::host_ops`).
+    pub fn step_host_ops(&self, seqs: &[SeqWork]) -> u64 {
+        self.step_dispatches(seqs).host_ops
+    }
+
+    fn step_dispatches(&self, seqs: &[SeqWork]) -> Dispatches {
         let (padded, routed) = self.step_tokens(seqs);
-        let attention: u64 = self.attention(seqs).iter().map(|ki| self.launches(ki)).sum();
-        self.token_cost(padded, seqs.len() as u64, routed).launches + attention
+        let attention = self.attention(seqs).iter().fold(Dispatches::default(), |d, ki| d + Dispatches { launches: self.launches(ki), host_ops: self.host_ops(ki) });
+        self.token_cost(padded, seqs.len() as u64, routed).dispatches + attention
     }
 
     /// What capturing the graph of a step of `kernels` launches involves: its launches, and
@@ -394,8 +433,8 @@ impl Predictor {
         CaptureLoad { kernels, activations: pool_growth_tokens * self.model.hidden * self.model.num_layers }
     }
 
-    /// What the step asks of the host (`kernels`: its launches, `step_launches`).
-    pub fn step_load(&self, seqs: &[SeqWork], kernels: u64) -> StepLoad {
+    /// What the step asks of the host (`host_ops`: the aten ops it dispatches, `step_host_ops`).
+    pub fn step_load(&self, seqs: &[SeqWork], host_ops: u64) -> StepLoad {
         let [full, sliding, _] = self.cache_groups;
         let read = |s: &SeqWork| s.cached_tokens as u64 + s.new_tokens as u64;
         let full_read: u64 = if full > 0 { seqs.iter().map(read).sum() } else { 0 };
@@ -413,7 +452,7 @@ impl Predictor {
             eager_layers,
             layers: self.model.num_layers,
             tp_layers: if self.dep.tp > 1 { self.model.num_layers } else { 0 },
-            kernels,
+            host_ops,
             seqs: seqs.len() as u64,
             seq_groups: seqs.len() as u64 * self.cache_groups.iter().sum::<u64>().max(1),
             tokens,
@@ -462,10 +501,11 @@ impl Predictor {
     /// The step's GPU work, its power-capped GEMMs at the rate the step's wall time allows.
     fn gpu_step(&self, seqs: &[SeqWork], overlap_host: bool) -> GpuStep {
         let (padded, routed) = self.step_tokens(seqs);
-        let TokenCost { mut cost, launches: token_launches, capped_gemms, tensor_flops, cap_can_bind } = self.token_cost(padded, seqs.len() as u64, routed);
+        let TokenCost { mut cost, dispatches, capped_gemms, tensor_flops, cap_can_bind } = self.token_cost(padded, seqs.len() as u64, routed);
         let mut attention = Kernels::default();
-        let launches = token_launches + self.add_kernels(&mut cost, &mut attention, &self.attention(seqs), cap_can_bind);
-        let load = self.step_load(seqs, launches);
+        let dispatches = dispatches + self.add_kernels(&mut cost, &mut attention, &self.attention(seqs), cap_can_bind);
+        let launches = dispatches.launches;
+        let load = self.step_load(seqs, dispatches.host_ops);
         let launch_us = self.host.step_us(0.0, &load);
         let gemms = if attention.capped_gemms.is_empty() { capped_gemms } else { capped_gemms.iter().chain(&attention.capped_gemms).copied().collect() };
         let tensor_flops = tensor_flops + attention.tensor_flops;

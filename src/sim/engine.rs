@@ -150,6 +150,12 @@ pub struct EngineParams {
     /// timed as the one op.
     #[serde(default)]
     pub kernel_launches: BTreeMap<String, u32>,
+    /// Eager engines: aten ops the engine's Python dispatches for one instance of an op (`op =
+    /// ops`; `"op:library" = ops` for the op's instances the kernel graph times as that library,
+    /// e.g. transformers' eager sink attention), the unit of the host's eager launch term
+    /// (`HostOverhead::launch_per_host_op_us`). Ops not listed count their kernel launches.
+    #[serde(default)]
+    pub host_ops: BTreeMap<String, u32>,
     /// q, k, v, the MLP's gate and up and the per-head q and k norms as separate modules
     /// (transformers' Llama-family layers) instead of the fused kernels vLLM-style engines run.
     #[serde(default)]
@@ -241,6 +247,29 @@ impl EngineParams {
         kernel_counts("kernel_launches", &self.kernel_launches)
     }
 
+    /// `host_ops` keyed by op and, for `op:library` keys, the library; rejects unknown ops,
+    /// libraries the kernel graph does not name and zero counts.
+    pub fn op_host_ops(&self) -> Result<BTreeMap<(crate::schema::Op, Option<&'static str>), u32>> {
+        self.host_ops
+            .iter()
+            .map(|(key, &n)| {
+                let (op, library) = match key.split_once(':') {
+                    Some((op, lib)) => {
+                        let Some(&known) = crate::kernels::graph::INSTANCE_LIBRARIES.iter().find(|l| **l == lib) else {
+                            bail!("field 'host_ops': unknown library '{lib}' in '{key}'; the kernel graph names {}", crate::kernels::graph::INSTANCE_LIBRARIES.join(", "));
+                        };
+                        (op_key("host_ops", op)?, Some(known))
+                    }
+                    None => (op_key("host_ops", key)?, None),
+                };
+                if n == 0 {
+                    bail!("field 'host_ops': '{key}' must dispatch at least 1 op, got 0");
+                }
+                Ok(((op, library), n))
+            })
+            .collect()
+    }
+
     /// By embedded name (`vllm`, `sglang`, `static`) or path to a TOML file.
     pub fn load(name_or_path: &str) -> Result<EngineParams> {
         let (text, origin) = if name_or_path.ends_with(".toml") {
@@ -276,6 +305,7 @@ impl EngineParams {
         self.op_backends()?;
         self.unfused_ops()?;
         self.op_launches()?;
+        self.op_host_ops()?;
         if !(0.0..1.0).contains(&self.admission_free_fraction) {
             bail!("'admission_free_fraction' must be in [0, 1), got {}", self.admission_free_fraction);
         }
@@ -327,6 +357,17 @@ mod kernel_backend_tests {
         assert_eq!(p.op_launches().unwrap()[&Op::Moe], 34);
         let e = with_backends("\n[kernel_launches]\nmoe = 0\n").unwrap_err();
         assert!(format!("{e:#}").contains("kernel_launches") && format!("{e:#}").contains("at least 1"), "{e:#}");
+    }
+
+    #[test]
+    fn host_ops_take_an_op_or_an_op_and_a_graph_library_and_reject_the_rest() {
+        let p = with_backends("\n[host_ops]\ngemm = 4\n\"attn_prefill:torch_eager_sinks\" = 47\n").unwrap();
+        let h = p.op_host_ops().unwrap();
+        assert_eq!((h[&(Op::Gemm, None)], h[&(Op::AttnPrefill, Some("torch_eager_sinks"))]), (4, 47));
+        for (bad, says) in [("gemmm = 4", "gemmm"), ("\"attn_prefill:flash\" = 4", "unknown library 'flash'"), ("moe = 0", "at least 1")] {
+            let e = with_backends(&format!("\n[host_ops]\n{bad}\n")).unwrap_err();
+            assert!(format!("{e:#}").contains("host_ops") && format!("{e:#}").contains(says), "{e:#}");
+        }
     }
 
     #[test]
