@@ -44,8 +44,9 @@ fn models_the_profile_cannot_price_are_listed_with_the_reason() {
 /// issue's 10 % (TTFT) and far better than the plain roofline.
 #[test]
 fn gpu_bound_static_prefills_of_held_out_families_beat_the_roofline() {
-    let host = kernelsight::e2e::static_steps::fit_host(&dirs(), Tier::Target).unwrap().expect("the folders hold static lines");
-    let report = validate(&dirs(), &[Tier::Target, Tier::CrossGen, Tier::Roofline], &host).unwrap();
+    let set = load(&dirs()).unwrap();
+    let host = kernelsight::e2e::static_steps::fit_host(&set, Tier::Target).unwrap().expect("the folders hold static lines");
+    let report = validate(&set, &[Tier::Target, Tier::CrossGen, Tier::Roofline], &host).unwrap();
     let median = |tier: &str| {
         let apes: Vec<f64> = report.rows.iter().filter(|r| r.tier == tier && r.split == "held-out" && r.kind == StaticKind::Prefill && r.gpu_bound).map(|r| r.ape).collect();
         assert!(apes.len() >= 5, "{tier}: {} GPU-bound held-out prefills", apes.len());
@@ -62,10 +63,10 @@ fn gpu_bound_static_prefills_of_held_out_families_beat_the_roofline() {
 /// gives (microseconds per op, hundreds per layer), and the hooks only where hooks run.
 #[test]
 fn the_shipped_generate_host_is_the_static_fit() {
-    use kernelsight::e2e::static_steps::{fit_host, ENGINE};
+    use kernelsight::e2e::static_steps::{fit_host, load, ENGINE};
     use kernelsight::perf::host::HostOverhead;
     let shipped = HostOverhead::for_engine(ENGINE).unwrap();
-    let fitted = fit_host(&dirs(), Tier::Target).unwrap().expect("the folders hold static lines");
+    let fitted = fit_host(&load(&dirs()).unwrap(), Tier::Target).unwrap().expect("the folders hold static lines");
     assert_eq!(shipped, fitted, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
     assert!((3.0..30.0).contains(&fitted.launch_per_host_op_us), "{} us per aten op", fitted.launch_per_host_op_us);
     assert!((100.0..2_000.0).contains(&fitted.tp_launch_per_layer_us), "{} us/layer", fitted.tp_launch_per_layer_us);

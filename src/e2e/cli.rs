@@ -96,7 +96,11 @@ pub fn run(args: E2eArgs) -> Result<()> {
         }
     }
     // `generate`'s host model, with transformers' TP hooks from the static decode lines at tp > 1.
-    let generate_host = if args.no_traces { None } else { static_steps::fit_host(&args.traces, tiers[0])? };
+    let statics = if args.no_traces { None } else { Some(static_steps::load(&args.traces)?) };
+    let generate_host = match &statics {
+        Some(set) => static_steps::fit_host(set, tiers[0])?,
+        None => None,
+    };
     if let Some(h) = &generate_host {
         eprintln!("{}: {}", static_steps::ENGINE, h.summary());
     }
@@ -105,9 +109,9 @@ pub fn run(args: E2eArgs) -> Result<()> {
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     let kv_rows = if args.no_traces { None } else { Some(kv_capacity::validate(&args.traces)?).filter(|r| !r.is_empty()) };
-    let static_report = match &generate_host {
-        Some(h) => Some(static_steps::validate(&args.traces, &tiers, h)?).filter(|r| !r.rows.is_empty()),
-        None => None,
+    let static_report = match (&statics, &generate_host) {
+        (Some(set), Some(h)) => Some(static_steps::validate(set, &tiers, h)?).filter(|r| !r.rows.is_empty()),
+        _ => None,
     };
     if args.json {
         let static_json = static_report.as_ref().map(|r| serde_json::json!({ "rows": r.rows, "not_priced": r.skipped, "host": r.host }));

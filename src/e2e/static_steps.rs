@@ -153,9 +153,10 @@ fn unsupported(config: &ModelConfig, attn_implementation: Option<&str>) -> Optio
 }
 
 /// Static lines of every model folder (with `static.jsonl` and `config.json`) under `dirs`.
-pub fn load(dirs: &[PathBuf]) -> Result<StaticSet> {
+pub fn load(dirs: &[impl AsRef<Path>]) -> Result<StaticSet> {
     let mut set = StaticSet { models: BTreeMap::new(), steps: Vec::new(), skipped: Vec::new() };
     for dir in dirs {
+        let dir = dir.as_ref();
         let mut folders: Vec<PathBuf> = std::fs::read_dir(dir).with_context(|| format!("reading trace folder {}", dir.display()))?.flatten().map(|e| e.path()).collect();
         folders.sort();
         for folder in folders.into_iter().filter(|f| f.join("static.jsonl").is_file()) {
@@ -208,9 +209,8 @@ fn load_folder(folder: &Path, set: &mut StaticSet) -> Result<()> {
 /// layer. (The continuous-batching fit's cost per op, 13 us, is not this one: its attention
 /// dispatches paged-cache ops the kernel graph does not list.) Shipped as
 /// `calibration/host/hf-generate.json`; `validate e2e --fit-host` rewrites it. None where the
-/// folders hold no static lines.
-pub fn fit_host(dirs: &[PathBuf], tier: Tier) -> Result<Option<HostOverhead>> {
-    let set = load(dirs)?;
+/// set holds no lines.
+pub fn fit_host(set: &StaticSet, tier: Tier) -> Result<Option<HostOverhead>> {
     if set.steps.is_empty() {
         return Ok(None);
     }
@@ -296,8 +296,7 @@ fn predict_ms(s: &StaticStep, config: &ModelConfig, gpu: &GpuSpec, engine: &Engi
 }
 
 /// Every line priced under each tier with `host` (`fit_host`'s, fitted with the first tier).
-pub fn validate(dirs: &[PathBuf], tiers: &[Tier], host: &HostOverhead) -> Result<StaticReport> {
-    let set = load(dirs)?;
+pub fn validate(set: &StaticSet, tiers: &[Tier], host: &HostOverhead) -> Result<StaticReport> {
     let engine = EngineParams::load(ENGINE)?;
     let gpu = load_gpu(super::traces::CALIBRATION_GPU)?;
     let mut rows = Vec::new();
@@ -321,7 +320,7 @@ pub fn validate(dirs: &[PathBuf], tiers: &[Tier], host: &HostOverhead) -> Result
             });
         }
     }
-    Ok(StaticReport { rows, skipped: set.skipped, host: host.source.to_string() })
+    Ok(StaticReport { rows, skipped: set.skipped.clone(), host: host.source.to_string() })
 }
 
 impl StaticReport {

@@ -1111,8 +1111,8 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
     for dir in dirs {
         models.extend(load_dir(dir)?);
     }
-    let owned: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
-    let tp_hooks_us = super::static_steps::fit_host(&owned, tiers.first().copied().unwrap_or(Tier::Target))?.map_or(0.0, |h| h.tp_launch_per_layer_us);
+    let statics = super::static_steps::load(dirs)?;
+    let tp_hooks_us = super::static_steps::fit_host(&statics, tiers.first().copied().unwrap_or(Tier::Target))?.map_or(0.0, |h| h.tp_launch_per_layer_us);
     validate_models(&models, tiers, &HostSpeed::Scale(1.0), tp_hooks_us)
 }
 
