@@ -49,8 +49,8 @@ if [[ "$gpu" != *H100* ]] && fits 70 fp8; then
     --shapes $shapes --layers 40 --idle-fracs 0.4 > "$OUT/sustained_fp8.log" 2>&1
   echo "sustained fp8 rc=$?"
 fi
-if fits 100 static_moe; then
-  timeout 100 python3 microbench/e2e/static_moe_decode.py --out "$OUT/static_moe" > "$OUT/static_moe.log" 2>&1
+if fits 130 static_moe; then
+  timeout 130 python3 microbench/e2e/static_moe_decode.py --out "$OUT/static_moe" > "$OUT/static_moe.log" 2>&1
   echo "static moe decode rc=$?"
 fi
 if fits 150 capture; then

@@ -2,7 +2,9 @@
 """Why transformers' static `generate` decode of Mixtral-8x7B (8 layers, grouped_mm experts) took
 63.6 ms per step at 16 x 512 and 10.0 at 1 x 512 (calibration/traces/h200_sxm_cudagraph, session 43
 in docs/validation_e2e.md), while the kernel tables price ~12 ms. For Mixtral-8x7B-L8 and, as a
-control, Qwen3-30B-A3B-L24: the median decode step of a B-sequence generate from 512-token prompts
+controls, Qwen3-30B-A3B-L24 and a dense model, Llama-3.1-8B-L8 (one call's host for all three,
+so that a layer's host time per aten op compares MoE and dense apart from the host-speed spread
+between calls): the median decode step of a B-sequence generate from 512-token prompts
 at B = 1, 2, 4, 8, 16, 32 (CUDA events per token, as harness.static_runs), and at B = 16 one decode
 step under torch.profiler: GPU kernel time by name, and the CUDA runtime calls that wait on the
 GPU (stream / device synchronize, device-to-host copies), with their count and host time.
@@ -19,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-MODELS = [("mixtral-8x7b-v0.1", 8), ("qwen3-30b-a3b", 24)]
+MODELS = [("mixtral-8x7b-v0.1", 8), ("qwen3-30b-a3b", 24), ("llama-3.1-8b", 8)]
 BATCHES = [1, 2, 4, 8, 16, 32]
 PROMPT = 512
 NEW = 12
