@@ -7,7 +7,9 @@ so that a layer's host time per aten op compares MoE and dense apart from the ho
 between calls): the median decode step of a B-sequence generate from 512-token prompts
 at B = 1, 2, 4, 8, 16, 32 (CUDA events per token, as harness.static_runs), and at B = 16 one decode
 step under torch.profiler: GPU kernel time by name, and the CUDA runtime calls that wait on the
-GPU (stream / device synchronize, device-to-host copies), with their count and host time.
+GPU (stream / device synchronize, device-to-host copies), with their count and host time; and a
+4-token generate at B = 16 under the profiler, its ops by self CPU and GPU time (the H100, session
+44, measured Mixtral's generate step growing 5.1 ms per sequence while one forward took 19.5 ms).
 
 Writes $OUT/static_moe_decode.json. Usage: python3 microbench/e2e/static_moe_decode.py --out $OUT
 """
@@ -73,6 +75,30 @@ def profile_step(model, torch, vocab, b):
             "host_waits": {k: {"count": waits[k], "cpu_us": round(wait_us[k], 1)} for k in waits}}
 
 
+def profile_generate(model, torch, vocab, b):
+    """A 4-token generate from b x 512 prompts under the profiler: where its host and GPU time go,
+    by op (self CPU time, and CUDA time), to find what a generate step does beyond the forward."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GenerationConfig
+    ids = torch.randint(10, vocab, (b, PROMPT), device="cuda")
+    gc = GenerationConfig(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc)
+            torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - t0) * 1e3
+    ka = prof.key_averages()
+    dev = lambda e: getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+    by_cpu = sorted(ka, key=lambda e: -e.self_cpu_time_total)[:25]
+    by_gpu = sorted(ka, key=lambda e: -dev(e))[:15]
+    return {"batch": b, "new_tokens": 4, "wall_ms": round(wall_ms, 3),
+            "top_self_cpu_us": [[e.key[:90], e.count, round(e.self_cpu_time_total, 1)] for e in by_cpu],
+            "top_self_gpu_us": [[e.key[:90], e.count, round(dev(e), 1)] for e in by_gpu]}
+
+
 def main():
     import torch
     ap = argparse.ArgumentParser()
@@ -95,6 +121,10 @@ def main():
             rec["profile"] = profile_step(model, torch, cfg.vocab_size, 16)
         except Exception as ex:
             rec["profile"] = {"error": f"{type(ex).__name__}: {ex}"}
+        try:
+            rec["generate_profile"] = profile_generate(model, torch, cfg.vocab_size, 16)
+        except Exception as ex:
+            rec["generate_profile"] = {"error": f"{type(ex).__name__}: {ex}"}
         res["models"][f"{name}-L{layers}"] = rec
         del model
         torch.cuda.empty_cache()
