@@ -4,15 +4,13 @@
 # budget (OWED_BUDGET_S, default 540 s), so the archive is always written:
 #   1. H200 (or any GPU but an H100): the pre-registered Qwen3-14B sustained-GEMM test with its
 #      idle and fine-grained duty phases (microbench/predictions/sustained_gemm_qwen3_14b.md);
-#      an H100, which has those phases (session 41), runs the pre-registered repeat of the fine
-#      phases at GEMM shares 0.9 / 0.7 / 0.5 instead;
 #   2. H200 only: transformers' packed attention at few heads (predictions in
 #      microbench/predictions/packed_sdpa_few_heads_*; the H100 has these rows) and the memcpy
 #      sweep (copy cross-gen lacks the H200's sizes);
 #   3. every GPU but an H100 (measured in session 41): the same chain in FP8 (pre-registered in
 #      the same file);
-#   4. every GPU: why Mixtral's static generate decode at 16 x 512 took 5x its kernels
-#      (microbench/e2e/static_moe_decode.py; docs/validation_e2e.md, session 43);
+#   4. every GPU: why Mixtral's static generate step grows 5.1 ms per sequence (H100, session 44)
+#      while its forward does not: microbench/e2e/static_moe_decode.py, now with a generate profile;
 #   5. every GPU: the host-speed probe and transformers' capture sweep over depth.
 # Writes $OUT/owed.tgz.
 set -u
@@ -23,13 +21,9 @@ echo "gpu: $gpu"
 nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/smi_q.txt" 2>&1
 (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/cpu.txt"
 shapes=7168:5120,5120:5120,34816:5120,5120:17408
-if [[ "$gpu" == *H100* ]]; then
-  if fits 200 fine_repeat; then
-    timeout 200 python3 microbench/sustained_gemm.py --out "$OUT/fine_repeat" --seconds 6 --shapes $shapes --layers 40 \
-      --idle-fracs "" --fine-fracs 0.1,0.3,0.5 --fine-layers 4 --fine-seconds 8 > "$OUT/fine_repeat.log" 2>&1
-    echo "fine repeat rc=$?"
-  fi
-elif fits 170 sustained; then
+# (The H100's pre-registered repeat of the fine phases ran in session 44:
+# microbench/data/h100_sxm/sustained_gemm_qwen3_14b_fine44/.)
+if [[ "$gpu" != *H100* ]] && fits 170 sustained; then
   timeout 170 python3 microbench/sustained_gemm.py --out "$OUT/sustained_gemm_qwen3_14b" --seconds 12 \
     --shapes $shapes --layers 40 --idle-fracs 0.4,0.1,0.2 --fine-fracs 0.2,0.4 --fine-layers 4 --fine-seconds 8 > "$OUT/sustained.log" 2>&1
   echo "sustained rc=$?"
