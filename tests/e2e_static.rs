@@ -67,10 +67,16 @@ fn the_shipped_generate_host_is_the_static_fit() {
     use kernelsight::perf::host::HostOverhead;
     let shipped = HostOverhead::for_engine(ENGINE).unwrap();
     let fitted = fit_host(&load(&dirs()).unwrap(), Tier::Target).unwrap().expect("the folders hold static lines");
-    assert_eq!(shipped, fitted, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`");
+    // Equal to the last digits a JSON round trip keeps.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    let same = close(shipped.per_step_us, fitted.per_step_us)
+        && close(shipped.launch_per_host_op_us, fitted.launch_per_host_op_us)
+        && close(shipped.tp_launch_per_layer_us, fitted.tp_launch_per_layer_us)
+        && shipped.source == fitted.source;
+    assert!(same, "calibration/host/{ENGINE}.json is stale: rerun `validate e2e --fit-host`\nshipped {shipped:?}\nfitted {fitted:?}");
     assert!((3.0..30.0).contains(&fitted.launch_per_host_op_us), "{} us per aten op", fitted.launch_per_host_op_us);
     assert!((100.0..2_000.0).contains(&fitted.tp_launch_per_layer_us), "{} us/layer", fitted.tp_launch_per_layer_us);
-    assert_eq!(HostOverhead::for_engine("hf").unwrap().tp_launch_per_layer_us, fitted.tp_launch_per_layer_us, "hf.json carries the same hook term");
+    assert!(close(HostOverhead::for_engine("hf").unwrap().tp_launch_per_layer_us, fitted.tp_launch_per_layer_us), "hf.json carries the same hook term");
     assert_eq!(HostOverhead::for_engine("hf-cudagraph").unwrap().tp_launch_per_layer_us, 0.0, "graph replay runs no hooks");
 }
 

@@ -307,8 +307,13 @@ pub const ENGINE_STEP_LIBRARY: &str = "torch_index_copy";
 
 /// Every library the graph itself pins on an instance (the rest are the engine's choice per op),
 /// so that an engine profile can name them (`EngineParams::host_ops`).
-pub const INSTANCE_LIBRARIES: [&str; 5] =
-    [ENGINE_STEP_LIBRARY, "torch_index_select", "torch_masked_scatter", "torch_repeat_kv", crate::calibrate::model::EAGER_SINKS_BACKEND];
+pub const INSTANCE_LIBRARIES: [&str; 6] =
+    [ENGINE_STEP_LIBRARY, "torch_index_select", "torch_masked_scatter", "torch_repeat_kv", crate::calibrate::model::EAGER_SINKS_BACKEND, BATCHED_EXPERTS_LIBRARY];
+
+/// The experts of a decode step as transformers' `generate` runs them (batched_mm: a gather of
+/// each token's experts' weights, then one bmm), priced piece by piece by the predictor
+/// (`EngineParams::decode_batched_experts`).
+pub const BATCHED_EXPERTS_LIBRARY: &str = "hf_batched_mm";
 
 /// Bytes one input-preparation kernel moves (`step_prep_kernels`): a few KB, so its time is
 /// the library's launch floor on any GPU.

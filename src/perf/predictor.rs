@@ -51,6 +51,8 @@ pub struct Predictor {
     host_ops: BTreeMap<(crate::schema::Op, Option<&'static str>), u32>,
     /// The engine runs q/k/v, gate/up and the q/k norms as separate modules (`EngineParams::separate_modules`).
     separate_modules: bool,
+    /// `EngineParams::decode_batched_experts`.
+    decode_batched_experts: bool,
     /// The host prepares step n+1 while the GPU runs step n (`EngineParams::async_scheduling`).
     async_scheduling: bool,
     /// `EngineParams::piecewise_graph_max_tokens`.
@@ -147,6 +149,7 @@ impl Predictor {
             launches_per_op: Default::default(),
             host_ops: Default::default(),
             separate_modules: false,
+            decode_batched_experts: false,
             async_scheduling: false,
             piecewise_graph_max_tokens: None,
             kv_cache_write: false,
@@ -196,6 +199,7 @@ impl Predictor {
         p.launches_per_op.extend(measured);
         p.host_ops = engine.op_host_ops()?;
         p.separate_modules = engine.separate_modules;
+        p.decode_batched_experts = engine.decode_batched_experts;
         p.async_scheduling = engine.async_scheduling;
         p.piecewise_graph_max_tokens = engine.piecewise_graph_max_tokens.map(u64::from);
         p.kv_cache_write = engine.kv_cache_write;
@@ -283,8 +287,14 @@ impl Predictor {
         if self.separate_modules {
             kernels = split_modules(kernels, &self.model, &self.dep);
         }
+        // A decode step (one new token per sequence) of an engine that runs its experts as
+        // batched_mm there; one GPU's whole experts only (no tensor or expert parallelism).
+        let batched = self.decode_batched_experts && tokens == seqs;
         for ki in kernels.iter_mut().filter(|ki| ki.kernel.op == crate::schema::Op::Moe) {
             ki.kernel.num_tokens = routed;
+            if batched && ki.kernel.tp <= 1 && ki.kernel.ep <= 1 {
+                ki.library = Some(crate::kernels::graph::BATCHED_EXPERTS_LIBRARY);
+            }
         }
         kernels.extend(engine_step_kernels(&self.model, &self.dep, tokens, self.kv_cache_write, self.step_prep_kernels));
         kernels
@@ -348,6 +358,9 @@ impl Predictor {
     /// where the graph names one; an op the engine runs unfused costs its pieces, each an
     /// elementwise pass over the op's tensor.
     fn table_rate_us(&self, ki: &KernelInstance) -> f64 {
+        if ki.library == Some(crate::kernels::graph::BATCHED_EXPERTS_LIBRARY) {
+            return self.batched_experts_us(&ki.kernel);
+        }
         if let Some(&n) = self.unfused.get(&ki.kernel.op) {
             let k = &ki.kernel;
             let elements_per_token = if k.op == crate::schema::Op::Rope { (k.num_heads + k.num_kv_heads) * k.head_dim } else { k.hidden };
@@ -358,6 +371,20 @@ impl Predictor {
             Some(lib) => self.kernel_model.predict_us_in(&ki.kernel, lib),
             None => self.kernel_model.predict_us(&ki.kernel),
         }
+    }
+
+    /// Experts run as batched_mm (`EngineParams::decode_batched_experts`): the gather of each
+    /// routed (token, expert) pair's gate, up and down weights (an index_select writing
+    /// pairs x expert bytes) and the bmm over them, priced as one wide matrix-vector product per
+    /// projection (m = 1, the pairs' weights side by side: the same bytes and FLOPs).
+    fn batched_experts_us(&self, k: &crate::schema::Kernel) -> f64 {
+        use crate::schema::{Kernel, Op};
+        let pairs = k.num_tokens * k.topk;
+        let expert_bytes = 3 * k.hidden * k.inter * k.dtype.bytes() as u64;
+        let gather = Kernel { bytes: pairs * expert_bytes, ..Kernel::new(Op::Copy, k.dtype) };
+        let gate_up = Kernel { m: 1, n: pairs * 2 * k.inter, k: k.hidden, ..Kernel::new(Op::Gemm, k.dtype) };
+        let down = Kernel { m: 1, n: pairs * k.hidden, k: k.inter, ..Kernel::new(Op::Gemm, k.dtype) };
+        self.kernel_model.predict_us_in(&gather, "torch_index_select") + self.kernel_model.predict_us(&gate_up) + self.kernel_model.predict_us(&down)
     }
 
     /// Kernel launches of `ki` in a step, an op the engine runs unfused counting each piece.
@@ -564,6 +591,34 @@ mod tests {
 
     fn llama() -> (ModelConfig, GpuSpec) {
         (ModelConfig::load("llama-3.1-8b").unwrap(), load_gpu("h200_sxm").unwrap())
+    }
+
+    #[test]
+    fn generate_decode_steps_run_the_experts_as_batched_mm() {
+        // transformers' generate gathers each token's top-k experts' weights in decode steps and
+        // multiplies them by one bmm: the experts' time grows with tokens x top-k and moves at
+        // least read + write + read of those weights; continuous batching keeps grouped_mm, which
+        // reads each active expert once, and so does a generate prefill.
+        use crate::perf::efficiency::KernelModel;
+        use crate::sim::engine::EngineParams;
+        let m = ModelConfig::load("mixtral-8x7b-v0.1").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let dep = Deployment::default();
+        let engine = |name: &str| {
+            Predictor::for_engine(&m, &g, &dep, KernelModel::load(&g, Tier::Target).unwrap(), &EngineParams::load(name).unwrap(), HostOverhead::zero(), 1 << 16).unwrap()
+        };
+        let (generate, cb) = (engine("hf-generate"), engine("hf"));
+        let experts_us = |p: &Predictor, seqs: &[SeqWork]| -> f64 {
+            p.kernel_table(seqs).iter().filter(|k| k.instance.kernel.op == crate::schema::Op::Moe).map(|k| k.predicted_us * k.instance.count as f64).sum()
+        };
+        let decode = |b: usize| vec![SeqWork { new_tokens: 1, cached_tokens: 512 }; b];
+        let (one, sixteen) = (experts_us(&generate, &decode(1)), experts_us(&generate, &decode(16)));
+        let expert_bytes = 3.0 * m.hidden as f64 * m.moe.as_ref().unwrap().expert_inter as f64 * 2.0;
+        let floor_us = 3.0 * 16.0 * 2.0 * expert_bytes * m.num_layers as f64 / (g.memory.hbm_bandwidth_tbps * 1e6);
+        assert!(sixteen >= floor_us && sixteen > 10.0 * one, "B=1 {one:.0} us, B=16 {sixteen:.0} us, floor {floor_us:.0} us");
+        assert!(experts_us(&cb, &decode(16)) < 0.25 * sixteen, "continuous batching keeps grouped_mm");
+        let prefill = [SeqWork { new_tokens: 16, cached_tokens: 0 }];
+        assert_eq!(experts_us(&generate, &prefill), experts_us(&cb, &prefill), "a prefill step keeps grouped_mm");
     }
 
     #[test]

@@ -160,6 +160,12 @@ pub struct EngineParams {
     /// (transformers' Llama-family layers) instead of the fused kernels vLLM-style engines run.
     #[serde(default)]
     pub separate_modules: bool,
+    /// transformers' `generate` switches grouped_mm experts to batched_mm for decode steps:
+    /// each token's top-k experts' weights are gathered into a copy of their own and multiplied
+    /// by one bmm, so a decode step moves tokens x top-k experts' weights three times (read,
+    /// write, read) instead of reading each active expert once (`Predictor::batched_experts_us`).
+    #[serde(default)]
+    pub decode_batched_experts: bool,
     /// Fraction of the KV blocks that must be free for a prefill (a new request or a chunked
     /// prompt's next piece) to join a batch that already holds requests: transformers' FIFO
     /// scheduler `safety_margin` (0.15). 0: no margin.
