@@ -291,6 +291,24 @@ mod tests {
     }
 
     #[test]
+    fn the_relief_predicts_a_repeat_at_other_shares_on_another_machine() {
+        // Pre-registered (microbench/predictions/sustained_gemm_qwen3_14b.md) before the H100
+        // repeat at GEMM shares 0.9 / 0.7 / 0.5 ran on a machine nothing was fitted on.
+        let rates = shipped_rates().unwrap();
+        let rel = rates.iter().find(|r| r.id == "h100_sxm").unwrap().relief.clone().unwrap();
+        let phase = phases("microbench/data/h100_sxm/sustained_gemm_qwen3_14b_fine44/sustained_gemm.json");
+        let base = phase("fine_sustained").1;
+        for (name, gemm_frac) in [("fine90", 0.9), ("fine70", 0.7), ("fine50", 0.5)] {
+            let idle = rel.relative_at(gemm_frac);
+            let copy = rel.relative_at(gemm_frac + (1.0 - rel.other_kernel_weight) * (1.0 - gemm_frac));
+            for (kind, predicted) in [("idle", idle), ("copy", copy)] {
+                let measured = phase(&format!("{name}_{kind}")).1 / base;
+                assert!((measured / predicted - 1.0).abs() < 0.03, "{name}_{kind}: measured {measured:.4}, relief {predicted:.4}");
+            }
+        }
+    }
+
+    #[test]
     fn cross_gen_never_uses_the_gpus_own_rate_and_roofline_none() {
         let rates = shipped_rates().unwrap();
         let h100 = load_gpu("h100_sxm").unwrap();
