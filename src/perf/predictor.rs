@@ -593,21 +593,22 @@ mod tests {
         (ModelConfig::load("llama-3.1-8b").unwrap(), load_gpu("h200_sxm").unwrap())
     }
 
+    /// The predictor of a shipped engine profile, one GPU, no host time.
+    fn for_profile(m: &ModelConfig, g: &GpuSpec, profile: &str, tier: Tier, kv_tokens: u64) -> Predictor {
+        let engine = crate::sim::engine::EngineParams::load(profile).unwrap();
+        let km = super::super::efficiency::KernelModel::load(g, tier).unwrap();
+        Predictor::for_engine(m, g, &Deployment::default(), km, &engine, HostOverhead::zero(), kv_tokens).unwrap()
+    }
+
     #[test]
     fn generate_decode_steps_run_the_experts_as_batched_mm() {
         // transformers' generate gathers each token's top-k experts' weights in decode steps and
         // multiplies them by one bmm: the experts' time grows with tokens x top-k and moves at
         // least read + write + read of those weights; continuous batching keeps grouped_mm, which
         // reads each active expert once, and so does a generate prefill.
-        use crate::perf::efficiency::KernelModel;
-        use crate::sim::engine::EngineParams;
         let m = ModelConfig::load("mixtral-8x7b-v0.1").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
-        let dep = Deployment::default();
-        let engine = |name: &str| {
-            Predictor::for_engine(&m, &g, &dep, KernelModel::load(&g, Tier::Target).unwrap(), &EngineParams::load(name).unwrap(), HostOverhead::zero(), 1 << 16).unwrap()
-        };
-        let (generate, cb) = (engine("hf-generate"), engine("hf"));
+        let (generate, cb) = (for_profile(&m, &g, "hf-generate", Tier::Target, 1 << 16), for_profile(&m, &g, "hf", Tier::Target, 1 << 16));
         let experts_us = |p: &Predictor, seqs: &[SeqWork]| -> f64 {
             p.kernel_table(seqs).iter().filter(|k| k.instance.kernel.op == crate::schema::Op::Moe).map(|k| k.predicted_us * k.instance.count as f64).sum()
         };
@@ -684,16 +685,11 @@ mod tests {
     #[test]
     fn engine_modules_are_timed_as_measured_where_measured_and_as_pieces_elsewhere() {
         let (m, g) = llama();
-        let engine = crate::sim::engine::EngineParams::load("hf").unwrap();
-        let dep = Deployment::default();
-        let at = |tier| {
-            let km = super::super::efficiency::KernelModel::load(&g, tier).unwrap();
-            Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap()
-        };
+        let at = |tier| for_profile(&m, &g, "hf", tier, 98304);
         let (measured, pieces) = (at(Tier::Target), at(Tier::Roofline));
         let batch = [SeqWork { new_tokens: 1, cached_tokens: 500 }; 8];
         let norm = |p: &Predictor| p.kernel_table(&batch).into_iter().find(|t| t.instance.name.ends_with("input_norm")).unwrap();
-        let pass = crate::schema::Kernel { num_tokens: 8, hidden: m.hidden, ..crate::schema::Kernel::new(crate::schema::Op::Add, dep.act_dtype_for_elementwise()) };
+        let pass = crate::schema::Kernel { num_tokens: 8, hidden: m.hidden, ..crate::schema::Kernel::new(crate::schema::Op::Add, Deployment::default().act_dtype_for_elementwise()) };
         // The roofline tier never measured transformers' RMSNorm: 9 elementwise passes.
         assert!((norm(&pieces).predicted_us - 9.0 * pieces.kernel_us(&pass)).abs() < 1e-9);
         // The H200 target tier has: the module's own time, not the passes'.
@@ -708,17 +704,13 @@ mod tests {
     fn only_the_engine_whose_router_was_measured_is_timed_by_it() {
         let m = ModelConfig::load("qwen3-30b-a3b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
-        let dep = Deployment::default();
         let router_us = |engine: &str| {
-            let engine = crate::sim::engine::EngineParams::load(engine).unwrap();
-            let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
-            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap();
-            let t = p.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 8]);
+            let t = for_profile(&m, &g, engine, Tier::Target, 98304).kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 8]);
             t.into_iter().find(|k| k.instance.name.ends_with("router")).unwrap()
         };
         // vLLM's GEMM + fused top-k was never measured: the roofline, not transformers' chain.
         let vllm = router_us("vllm");
-        let roofline = Predictor::new(&m, &g, &dep, Tier::Roofline).unwrap().kernel_us(&vllm.instance.kernel);
+        let roofline = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline).unwrap().kernel_us(&vllm.instance.kernel);
         assert_eq!(vllm.predicted_us, roofline);
         // transformers' router is the collector's torch chain, measured on this GPU.
         let hf = router_us("hf");
@@ -731,12 +723,8 @@ mod tests {
     fn vllms_sampler_is_timed_as_measured_and_grows_with_the_sequences_sampled() {
         let m = ModelConfig::load("qwen3-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
-        let dep = Deployment::default();
         let sampling = |engine: &str, seqs: usize| {
-            let engine = crate::sim::engine::EngineParams::load(engine).unwrap();
-            let km = super::super::efficiency::KernelModel::load(&g, Tier::Target).unwrap();
-            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 98304).unwrap();
-            p.kernel_table(&vec![SeqWork { new_tokens: 1, cached_tokens: 2100 }; seqs]).into_iter().find(|k| k.instance.name == "sampling").unwrap()
+            for_profile(&m, &g, engine, Tier::Target, 98304).kernel_table(&vec![SeqWork { new_tokens: 1, cached_tokens: 2100 }; seqs]).into_iter().find(|k| k.instance.name == "sampling").unwrap()
         };
         // vLLM's Gumbel-max sampler over 151,936 logits: 24 and 178 us measured at 12 and 128
         // sequences (microbench/vllm_sampler.py), far above the one memory pass of its SOL.
@@ -848,13 +836,7 @@ mod tests {
     #[test]
     fn vllm_steps_write_the_kv_cache_per_attention_layer_and_prepare_their_inputs() {
         let (m, g) = llama();
-        let dep = Deployment::default();
-        let table = |profile: &str| {
-            let engine = crate::sim::engine::EngineParams::load(profile).unwrap();
-            let km = super::super::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();
-            let p = Predictor::for_engine(&m, &g, &dep, km, &engine, HostOverhead::zero(), 1 << 20).unwrap();
-            p.kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 12])
-        };
+        let table = |profile: &str| for_profile(&m, &g, profile, Tier::Roofline, 1 << 20).kernel_table(&[SeqWork { new_tokens: 1, cached_tokens: 500 }; 12]);
         let vllm = table("vllm");
         let write: Vec<_> = vllm.iter().filter(|k| k.instance.name.ends_with("kv_cache_write")).collect();
         assert_eq!(write.iter().map(|k| k.instance.count).sum::<u64>(), m.num_layers);
