@@ -18,7 +18,9 @@ use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use std::io::{Read, Write};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 include!(concat!(env!("OUT_DIR"), "/embedded_calibration.rs"));
 
@@ -88,8 +90,23 @@ impl Store {
         Ok(Some(v))
     }
 
-    pub fn model_set(&self, rel: &str) -> Result<Option<ModelSet>> {
-        Ok(self.read::<ModelSet>(rel)?.map(ModelSet::checked_against_features))
+    /// The model set at `rel`. The embedded ones are parsed once per process and shared: a
+    /// replay builds a predictor per run, and parsing a GPU's trees takes tens of milliseconds.
+    pub fn model_set(&self, rel: &str) -> Result<Option<Arc<ModelSet>>> {
+        type Parsed = Mutex<HashMap<String, Option<Arc<ModelSet>>>>;
+        static EMBEDDED_SETS: OnceLock<Parsed> = OnceLock::new();
+        let parse = || -> Result<Option<Arc<ModelSet>>> { Ok(self.read::<ModelSet>(rel)?.map(|s| Arc::new(s.checked_against_features()))) };
+        if *self != Store::Embedded {
+            return parse();
+        }
+        let sets = EMBEDDED_SETS.get_or_init(Default::default);
+        if let Some(set) = sets.lock().expect("model set cache poisoned").get(rel) {
+            return Ok(set.clone());
+        }
+        // Parsed outside the lock: threads asking for different sets do not wait on each other.
+        let set = parse()?;
+        sets.lock().expect("model set cache poisoned").insert(rel.to_string(), set.clone());
+        Ok(set)
     }
 
     pub fn describe(&self) -> String {

@@ -113,12 +113,8 @@ impl KernelModel {
         }
         // Cross-gen for a measured GPU must not have seen it: its leave-out set holds every op
         // it measured; the all-GPU set (which never saw it for the other ops) fills the rest.
-        let mut cross = store.model_set(&store::cross_gen_path(None))?;
-        if let Some(loo) = store.model_set(&store::cross_gen_path(Some(&gpu.id)))? {
-            let all = cross.get_or_insert_with(|| ModelSet { ops: Default::default(), ..loo.clone() });
-            all.ops.retain(|op, _| !loo.held_out_ops.contains(op));
-            all.ops.extend(loo.ops);
-        }
+        let all = store.model_set(&store::cross_gen_path(None))?;
+        let loo = store.model_set(&store::cross_gen_path(Some(&gpu.id)))?;
         let target = if tier == Tier::Target { store.model_set(&store::target_path(&gpu.id))? } else { None };
         if tier == Tier::Target && target.is_none() {
             model.warnings.push(format!(
@@ -127,14 +123,17 @@ impl KernelModel {
             ));
             model.used = Tier::CrossGen;
         }
-        if let Some(c) = cross {
-            let c = std::sync::Arc::new(c);
-            for op in c.ops.keys() {
-                model.ops.insert(*op, (Tier::CrossGen, c.clone()));
+        if let Some(all) = &all {
+            for op in all.ops.keys().filter(|op| loo.as_ref().is_none_or(|l| !l.held_out_ops.contains(op))) {
+                model.ops.insert(*op, (Tier::CrossGen, all.clone()));
+            }
+        }
+        if let Some(loo) = &loo {
+            for op in loo.ops.keys() {
+                model.ops.insert(*op, (Tier::CrossGen, loo.clone()));
             }
         }
         if let Some(t) = target {
-            let t = std::sync::Arc::new(t);
             for op in t.ops.keys() {
                 if let Some((Tier::CrossGen, c)) = model.ops.insert(*op, (Tier::Target, t.clone())) {
                     model.borrowed.insert(*op, vec![Borrowed { set: c, sibling: None }]);
@@ -194,7 +193,7 @@ impl KernelModel {
         self.siblings_loaded = true;
         for other in crate::hardware::builtin_specs()?.into_iter().filter(|o| o.id != self.gpu.id && o.same_compute_die(&self.gpu)) {
             let Some(set) = self.store.model_set(&store::target_path(&other.id))? else { continue };
-            let sib = Borrowed { set: std::sync::Arc::new(set), sibling: Some(other) };
+            let sib = Borrowed { set, sibling: Some(other) };
             for (op, (tier, _)) in &self.ops {
                 if *tier == Tier::Target && sib.set.ops.contains_key(op) {
                     self.borrowed.entry(*op).or_default().insert(0, sib.clone());
