@@ -1,5 +1,5 @@
 //! Replays the committed H200 traces; checks loading, the host fit and the report structure.
-use kernelsight::e2e::traces::{fit_host, fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, validate, CALIBRATION_FAMILIES};
+use kernelsight::e2e::traces::{fit_host, fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, replay, validate, CALIBRATION_FAMILIES};
 use kernelsight::perf::host::HostOverhead;
 use kernelsight::perf::{StepTimeModel, Tier};
 use std::path::Path;
@@ -174,6 +174,25 @@ fn eager_host_fit_keeps_the_probes_bookkeeping_terms() {
     assert!(eager.launch_per_host_op_us > 10.0 && eager.graph_capture_us == 0.0, "{eager:?}");
     let plain = fit_host(&eager_traces, Tier::Roofline, None).unwrap();
     assert_eq!(plain.per_sliding_read_token_us, 0.0);
+}
+
+#[test]
+fn an_eager_run_pays_for_its_first_step_once() {
+    // Each eager run is a fresh generate_batch manager whose first step runs ~16 ms past what
+    // the step model says; the fit measures it on the calibration runs, and the replay charges
+    // it to the first step only: a one-request run's TTFT (its first step) moves by the term,
+    // its TPOT does not.
+    let models = load_dir(Path::new(DIR)).unwrap();
+    let host = fit_host(&models, Tier::Target, None).unwrap();
+    assert!((5e3..40e3).contains(&host.idle_wake_us), "first-step excess {} us", host.idle_wake_us);
+    let m = models.iter().find(|m| m.label == "llama-3.1-8b").unwrap();
+    let run = m.runs.iter().find(|r| r.key.contains("grid_i128_o64_c1") && r.status == "ok" && r.graphs.is_none()).unwrap();
+    assert_eq!(run.requests.len(), 1);
+    let with = replay(m, run, Tier::Target, &host).unwrap();
+    let without = replay(m, run, Tier::Target, &HostOverhead { idle_wake_us: 0.0, ..host.clone() }).unwrap();
+    let ttft_gain_us = (with.ttft_ms[0] - without.ttft_ms[0]) * 1e3;
+    assert!((ttft_gain_us - host.idle_wake_us).abs() < 1.0, "TTFT moved {ttft_gain_us} us, term {} us", host.idle_wake_us);
+    assert!((with.metrics["tpot_p50"] - without.metrics["tpot_p50"]).abs() < 1e-9);
 }
 
 #[test]

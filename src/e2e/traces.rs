@@ -604,6 +604,14 @@ pub fn logged_step_batch(s: &TraceStep) -> Vec<SeqWork> {
         .collect()
 }
 
+/// The calibration families' finished eager runs on one GPU: what the eager host model is fitted on.
+fn eager_calibration_runs(models: &[TraceModel]) -> impl Iterator<Item = (&TraceModel, &TraceRun)> {
+    models
+        .iter()
+        .filter(|m| m.is_calibration())
+        .flat_map(|m| m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_none()).map(move |r| (m, r)))
+}
+
 /// Fits the eager `hf` host model on the calibration families' decode-only steps where the host
 /// dominates (predicted GPU time under half the measured step): measured = dispatch x host ops
 /// (the aten ops the step's Python dispatches, `Predictor::step_host_ops`) + per_step +
@@ -622,22 +630,20 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
     });
     let keep = keep.unwrap_or_else(HostOverhead::zero);
     let mut rows: Vec<([f64; 4], f64)> = Vec::new();
-    for m in models.iter().filter(|m| m.is_calibration()) {
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_none()) {
-            let p = predictor_for(m, run, tier, HostOverhead::zero())?;
-            // Every step in run order, so that each attention shape counts as new once.
-            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
-                let batch = logged_step_batch(s);
-                let new_plan = p.register_sdpa_plan(&batch);
-                if s.num_decode != s.num_requests {
-                    continue;
-                }
-                let measured_us = (s.end_s - s.start_s) * 1e6;
-                let gpu_us = p.step_time(&batch).total_us;
-                if gpu_us < 0.5 * measured_us {
-                    let rest_us = measured_us - keep.step_us(0.0, &p.step_load(&batch, 0));
-                    rows.push(([p.step_host_ops(&batch) as f64, 1.0, s.num_requests as f64, f64::from(u8::from(new_plan))], rest_us));
-                }
+    for (m, run) in eager_calibration_runs(models) {
+        let p = predictor_for(m, run, tier, HostOverhead::zero())?;
+        // Every step in run order, so that each attention shape counts as new once.
+        for s in run.steps.iter().filter(|s| s.num_requests > 0) {
+            let batch = logged_step_batch(s);
+            let new_plan = p.register_sdpa_plan(&batch);
+            if s.num_decode != s.num_requests {
+                continue;
+            }
+            let measured_us = (s.end_s - s.start_s) * 1e6;
+            let gpu_us = p.step_time(&batch).total_us;
+            if gpu_us < 0.5 * measured_us {
+                let rest_us = measured_us - keep.step_us(0.0, &p.step_load(&batch, 0));
+                rows.push(([p.step_host_ops(&batch) as f64, 1.0, s.num_requests as f64, f64::from(u8::from(new_plan))], rest_us));
             }
         }
     }
@@ -671,13 +677,11 @@ pub fn fit_host(models: &[TraceModel], tier: Tier, bookkeeping: Option<&HostOver
 /// engine mid-run to tell a fresh manager from a woken one.
 fn first_step_excess_us(models: &[TraceModel], tier: Tier, host: &HostOverhead) -> Result<(f64, usize)> {
     let mut excess_us = Vec::new();
-    for m in models.iter().filter(|m| m.is_calibration()) {
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_none()) {
-            let Some(first) = run.steps.iter().find(|s| s.num_requests > 0) else { continue };
-            let p = predictor_for(m, run, tier, host.clone())?;
-            let predicted_us = p.step_time(&logged_step_batch(first)).total_us;
-            excess_us.push((first.end_s - first.start_s) * 1e6 - predicted_us);
-        }
+    for (m, run) in eager_calibration_runs(models) {
+        let Some(first) = run.steps.iter().find(|s| s.num_requests > 0) else { continue };
+        let p = predictor_for(m, run, tier, host.clone())?;
+        let predicted_us = p.step_time(&logged_step_batch(first)).total_us;
+        excess_us.push((first.end_s - first.start_s) * 1e6 - predicted_us);
     }
     Ok(((!excess_us.is_empty()).then(|| crate::quantile::median(&excess_us).max(0.0)).unwrap_or(0.0), excess_us.len()))
 }
