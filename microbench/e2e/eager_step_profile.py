@@ -15,7 +15,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-MODELS = [("llama-3.1-8b", 2), ("gpt-oss-20b", 2)]
+# EAGER_PROFILE_MODELS="name:layers,..." picks other models (e.g. "mixtral-8x7b-v0.1:2").
+MODELS = [(m.split(":")[0], int(m.split(":")[1])) for m in os.environ.get("EAGER_PROFILE_MODELS", "llama-3.1-8b:2,gpt-oss-20b:2").split(",")]
 RUN = {"workload": "grid_i128_o64_c8"}
 ENGINE = {"block_size": 256, "max_batch_tokens": 8192, "kv_capacity_tokens": 98304}
 
