@@ -218,9 +218,12 @@ fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
     assert!(e.contains("does not fit on h100_sxm") && e.contains("attention scores"), "{e}");
     let r = sim(&[&gptoss[..], &["--gpu", "h200_sxm"]].concat());
     assert_eq!(r.summary.completed, 5);
-    // --json reports the plan: 4 score tensors of 64 heads x 8,192 x 16,384 plus two masks.
+    // --json reports the plan: 3.4 score tensors of 64 heads x 8,192 x 16,384 plus two masks,
+    // and the masks over the cache (two types of 8,192 bf16 rows per page slot of each of the
+    // two KV groups).
     let mem = &r.json()["memory"];
-    assert_eq!(mem["attention_scratch_bytes_per_gpu"].as_f64(), Some((2.0 + 4.0 * 64.0) * 8192.0 * 16384.0 * 2.0));
+    assert_eq!(mem["attention_scratch_bytes_per_gpu"].as_f64(), Some((2.0 + 3.4 * 64.0) * 8192.0 * 16384.0 * 2.0));
+    assert_eq!(mem["mask_bytes_per_kv_token_per_gpu"].as_f64(), Some(2.0 * 8192.0 * 2.0 * 2.0));
     assert!(mem["activation_bytes_per_gpu"].as_f64().unwrap() > mem["attention_scratch_bytes_per_gpu"].as_f64().unwrap());
     // The same model under vLLM (paged kernels, no materialised scores) fits the H100.
     let r = sim(&["--model", "gpt-oss-20b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"]);

@@ -164,7 +164,8 @@ impl SimulateArgs {
                 let v = positive("num-gpu-blocks", v)?;
                 let gib = |b: f64| b / (1u64 << 30) as f64;
                 // A block holds block_size tokens of one KV group's layers.
-                let per_block = plan.kv_bytes_per_token_per_gpu * engine.block_size as f64 / kv_layout.groups() as f64;
+                let per_block = (plan.kv_bytes_per_token_per_gpu + plan.mask_bytes_per_kv_token_per_gpu) * engine.block_size as f64
+                    / kv_layout.groups() as f64;
                 bail!(
                     "--num-gpu-blocks {v}: {} on {} holds at most {derived_blocks} blocks of {} tokens ({:.1} GiB KV budget per GPU = {:.1} GiB usable - {:.1} GiB weights - {:.1} GiB activations); {v} blocks need about {:.1} GiB",
                     model.name, gpu.id, engine.block_size, gib(plan.kv_budget_bytes_per_gpu), gib(plan.capacity_bytes_per_gpu),
@@ -207,6 +208,7 @@ impl SimulateArgs {
         cfg.validate()?;
         let gib = |b: f64| b / (1u64 << 30) as f64;
         let e = &cfg.engine;
+        let kv_tokens = num_gpu_blocks as u64 / kv_layout.groups() as u64 * e.block_size as u64;
         let mut setup = vec![
             format!(
                 "{} on {} x {} (tp {}, pp {}, ep {}, dp {}; weights {}, KV {})",
@@ -222,7 +224,7 @@ impl SimulateArgs {
                 if e.prefix_caching { "on" } else { "off" }
             ),
             format!(
-                "KV cache {} = {} tokens per replica ({}; per GPU: weights {:.1} GiB, activations {:.1} GiB, KV {:.1} GiB of {:.1} GiB usable at {:.2})",
+                "KV cache {} = {} tokens per replica ({}; per GPU: weights {:.1} GiB, activations {:.1} GiB, KV {:.1} GiB{} of {:.1} GiB usable at {:.2})",
                 if kv_layout.sliding_groups == 0 {
                     format!("{} blocks", report::terminal::group(num_gpu_blocks as u64))
                 } else {
@@ -234,11 +236,16 @@ impl SimulateArgs {
                         kv_layout.sliding_cap_blocks
                     )
                 },
-                report::terminal::group(num_gpu_blocks as u64 / kv_layout.groups() as u64 * e.block_size as u64),
+                report::terminal::group(kv_tokens),
                 if self.num_gpu_blocks.is_some() { "pinned by --num-gpu-blocks" } else { "derived from memory" },
                 gib(plan.weight_bytes_per_gpu),
                 gib(plan.activation_bytes_per_gpu),
-                gib(plan.kv_budget_bytes_per_gpu),
+                gib(kv_tokens as f64 * plan.kv_bytes_per_token_per_gpu),
+                if plan.mask_bytes_per_kv_token_per_gpu > 0.0 {
+                    format!(", attention masks over the cache {:.1} GiB", gib(kv_tokens as f64 * plan.mask_bytes_per_kv_token_per_gpu))
+                } else {
+                    String::new()
+                },
                 gib(plan.capacity_bytes_per_gpu),
                 e.gpu_memory_utilization
             ),

@@ -21,6 +21,9 @@ pub struct MemoryPlan {
     /// Attention buffers the engine materialises (`AttentionScratch`).
     pub attention_scratch_bytes_per_gpu: f64,
     pub kv_bytes_per_token_per_gpu: f64,
+    /// Memory that grows with the KV cache besides the KV itself, per KV token: transformers'
+    /// static attention masks span every page of the pool (`AttentionScratch::mask_bytes_per_kv_token`).
+    pub mask_bytes_per_kv_token_per_gpu: f64,
     /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
     pub state_bytes_per_seq_per_gpu: f64,
     pub kv_budget_bytes_per_gpu: f64,
@@ -84,12 +87,14 @@ pub enum AttentionScratch {
 
 /// Score-sized tensors alive at the peak of gpt-oss's eager sink attention (scores, masked
 /// scores, sink concat, max-shifted logits, softmax): peaks measured on the H200 above weights
-/// and KV pool (`calibration/traces/*/gpt-oss-*/model.json`, a step of 8,192 fresh tokens):
-/// with CUDA graphs 68.9 GiB for gpt-oss-20b and 65.4 for gpt-oss-120b-L4 at 16 GiB per tensor
-/// (keys padded to 16,384), ~4 of them, the graph pool keeping freed buffers; eager 27.3 GiB at
-/// 8 GiB per tensor, ~3.
-const SINK_SCORE_TENSORS_GRAPHS: f64 = 4.0;
-const SINK_SCORE_TENSORS_EAGER: f64 = 3.0;
+/// and KV pool (`calibration/traces/*/gpt-oss-*/model.json`, a step of 8,192 fresh tokens, 768
+/// pages of 256 tokens), less what the plan counts apart (the masks over the cache, 6.0 GiB; the
+/// step's masks, 0.5 / 0.25 GiB; the logits floor, 6.2 GiB): with CUDA graphs 68.9 GiB for
+/// gpt-oss-20b and 65.4 for gpt-oss-120b-L4 leave 3.5 and 3.3 tensors of 16 GiB (keys padded to
+/// 16,384), the graph pool keeping freed buffers; eager 27.3 GiB leaves 1.9 of 8 GiB. (Before
+/// session 46 the masks and logits were not counted and these were 4 and 3.)
+const SINK_SCORE_TENSORS_GRAPHS: f64 = 3.4;
+const SINK_SCORE_TENSORS_EAGER: f64 = 1.9;
 
 impl AttentionScratch {
     pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> AttentionScratch {
@@ -99,21 +104,49 @@ impl AttentionScratch {
         }
     }
 
+    /// transformers' continuous batching allocates its attention masks once, as static bf16
+    /// tensors of max_batch_tokens x (cache tokens + max_batch_tokens) per mask type, where the
+    /// cache tokens are every page of the pool (`PagedAttentionMemoryHandler`, transformers 5.17:
+    /// its N·M term; the M² part is in `bytes_per_gpu`). Bytes per KV token, i.e. per page slot
+    /// in each KV group. Its memory check reproduces to the byte with this term
+    /// (`calibration/traces/h100_sxm_eager46/README.md`).
+    pub fn mask_bytes_per_kv_token(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
+        let AttentionScratch::Packed { .. } = *self else { return 0.0 };
+        let [full, sliding, _] = model.kv_cache_groups_by_kind();
+        mask_types(model) * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
+    }
+
+    /// transformers sizes a step's activations at (2 x vocab + hidden) bf16 values per batch
+    /// token (the fp32 logits of every token and a hidden state; the same handler's M term), a
+    /// floor under `activation_bytes_per_gpu` for its engines. 0 for other engines.
+    pub fn activation_floor_bytes(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
+        let AttentionScratch::Packed { .. } = *self else { return 0.0 };
+        max_tokens as f64 * (2 * model.vocab + model.hidden) as f64 * Dtype::Bf16.bytes() + RUNTIME_RESERVE_BYTES
+    }
+
     /// Peak bytes per GPU for a step of `max_tokens` fresh query tokens (each attending the
     /// step's own keys, padded as the engine pads them). Longer cached contexts in one step
     /// read more keys; this is the budget-filling prefill step, the one every engine meets.
     pub fn bytes_per_gpu(&self, model: &ModelConfig, dep: &Deployment, max_tokens: u64) -> f64 {
         let AttentionScratch::Packed { kv_pad_tokens } = *self else { return 0.0 };
         let keys = kv_pad_tokens.map_or(max_tokens, |pad| crate::perf::graphs::pad_to(max_tokens, pad, u64::MAX)) as f64;
-        let masks = if model.layers.iter().any(|l| matches!(l.attn, AttnKind::Sliding { .. })) { 2.0 } else { 1.0 };
         let act = Dtype::Bf16.bytes();
-        let mut bytes = masks * max_tokens as f64 * keys * act;
+        let mut bytes = mask_types(model) * max_tokens as f64 * keys * act;
         if model.attention_sinks {
             let heads = model.num_heads.div_ceil(dep.tp) as f64;
             let tensors = if kv_pad_tokens.is_some() { SINK_SCORE_TENSORS_GRAPHS } else { SINK_SCORE_TENSORS_EAGER };
             bytes += tensors * heads * max_tokens as f64 * keys * act;
         }
         bytes
+    }
+}
+
+/// Attention-mask types of a packed step: full, plus sliding where the model has windows.
+fn mask_types(model: &ModelConfig) -> f64 {
+    if model.layers.iter().any(|l| matches!(l.attn, AttnKind::Sliding { .. })) {
+        2.0
+    } else {
+        1.0
     }
 }
 
@@ -136,8 +169,11 @@ pub fn plan(
     let capacity = gpu.hbm_bytes() * gpu_memory_utilization;
     let weights = weight_bytes_per_gpu(model, dep);
     let scratch = attention.bytes_per_gpu(model, dep, max_num_batched_tokens);
-    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens) + scratch;
+    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens)
+        .max(attention.activation_floor_bytes(model, max_num_batched_tokens))
+        + scratch;
     let kv_per_token = kv_bytes_per_token_per_gpu(model, dep);
+    let mask_per_token = attention.mask_bytes_per_kv_token(model, max_num_batched_tokens);
     let state = model.linear_state_bytes_per_seq() / (dep.tp * dep.pp) as f64;
     let budget = capacity - weights - activation;
     let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -151,7 +187,7 @@ pub fn plan(
             if scratch > 0.0 { ", a smaller token budget per step (max_num_batched_tokens) or a smaller weight dtype" } else { " or a smaller weight dtype" }
         );
     }
-    let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / kv_per_token) as u64 } else { u64::MAX / 4 };
+    let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / (kv_per_token + mask_per_token)) as u64 } else { u64::MAX / 4 };
     if kv_capacity_tokens == 0 {
         bail!("{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token", model.name, gib(budget), kv_per_token);
     }
@@ -161,6 +197,7 @@ pub fn plan(
         activation_bytes_per_gpu: activation,
         attention_scratch_bytes_per_gpu: scratch,
         kv_bytes_per_token_per_gpu: kv_per_token,
+        mask_bytes_per_kv_token_per_gpu: mask_per_token,
         state_bytes_per_seq_per_gpu: state,
         kv_budget_bytes_per_gpu: budget,
         kv_capacity_tokens,
@@ -186,6 +223,43 @@ mod tests {
     }
 
     #[test]
+    fn transformers_cache_footprint_matches_its_memory_check() {
+        // transformers 5.17 refused Gemma-3-27B cut to 12 layers on an H100 with 2,304 pages of
+        // 256 tokens and 8,192 batch tokens: "Memory footprint 37968936960"
+        // (calibration/traces/h100_sxm_eager46/failed-gemma-3-27b-it-L12.jsonl). Its KV pages,
+        // masks over the cache, logits peak and the step's own mask, as the plan counts them,
+        // leave out only its index tensors (~30 MB).
+        let m = ModelConfig::load("calibration/traces/h200_sxm_eager_layers11/gemma-3-27b-it-L12/config.json").unwrap();
+        let dep = Deployment::default();
+        let packed = AttentionScratch::Packed { kv_pad_tokens: None };
+        let (pages, block, batch) = (2304.0, 256.0, 8192);
+        let kv_tokens = pages * block / 6.0; // six KV groups (one full, five sliding) of two layers
+        let footprint = kv_tokens * (kv_bytes_per_token_per_gpu(&m, &dep) + packed.mask_bytes_per_kv_token(&m, batch))
+            + packed.activation_floor_bytes(&m, batch)
+            - RUNTIME_RESERVE_BYTES
+            + packed.bytes_per_gpu(&m, &dep, batch);
+        let measured = 37_968_936_960.0;
+        assert!(footprint < measured && footprint > measured - 40e6, "{footprint}");
+        // Engines with paged kernels allocate neither.
+        assert_eq!(AttentionScratch::None.mask_bytes_per_kv_token(&m, batch), 0.0);
+        assert_eq!(AttentionScratch::None.activation_floor_bytes(&m, batch), 0.0);
+    }
+
+    #[test]
+    fn transformers_masks_shrink_the_kv_the_memory_holds() {
+        let m = ModelConfig::load("llama-3.1-8b").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let dep = Deployment::default();
+        let paged = plan(&m, &g, &dep, 0.9, 8192, AttentionScratch::None).unwrap();
+        let packed = plan(&m, &g, &dep, 0.9, 8192, AttentionScratch::Packed { kv_pad_tokens: None }).unwrap();
+        // One mask type of 8,192 bf16 rows per cache token, on top of 131,072 KV bytes.
+        assert_eq!(packed.mask_bytes_per_kv_token_per_gpu, 8192.0 * 2.0);
+        let per_token = packed.kv_bytes_per_token_per_gpu + packed.mask_bytes_per_kv_token_per_gpu;
+        assert_eq!(packed.kv_capacity_tokens, (packed.kv_budget_bytes_per_gpu / per_token) as u64);
+        assert!(packed.kv_capacity_tokens < paged.kv_capacity_tokens * 9 / 10, "{} vs {}", packed.kv_capacity_tokens, paged.kv_capacity_tokens);
+    }
+
+    #[test]
     fn packed_attention_counts_its_mask_and_with_sinks_its_scores() {
         let dep = Deployment::default();
         let llama = ModelConfig::load("llama-3.1-8b").unwrap();
@@ -193,13 +267,13 @@ mod tests {
         assert_eq!(AttentionScratch::None.bytes_per_gpu(&gptoss, &dep, 8192), 0.0);
         // One full-attention mask of 8,192 x 8,192 bf16 without graphs.
         assert_eq!(AttentionScratch::Packed { kv_pad_tokens: None }.bytes_per_gpu(&llama, &dep, 8192), 8192.0 * 8192.0 * 2.0);
-        // gpt-oss: sliding and full masks, and 4 score tensors of 64 heads, keys padded to 16,384.
+        // gpt-oss: sliding and full masks, and 3.4 score tensors of 64 heads, keys padded to 16,384.
         let graphs = AttentionScratch::Packed { kv_pad_tokens: Some(16384) };
-        let want = (2.0 + 4.0 * 64.0) * 8192.0 * 16384.0 * 2.0;
+        let want = (2.0 + SINK_SCORE_TENSORS_GRAPHS * 64.0) * 8192.0 * 16384.0 * 2.0;
         assert_eq!(graphs.bytes_per_gpu(&gptoss, &dep, 8192), want);
         // Heads split over tensor parallelism; the masks do not.
         let tp2 = Deployment { tp: 2, ..Deployment::default() };
-        assert_eq!(graphs.bytes_per_gpu(&gptoss, &tp2, 8192), (2.0 + 4.0 * 32.0) * 8192.0 * 16384.0 * 2.0);
+        assert_eq!(graphs.bytes_per_gpu(&gptoss, &tp2, 8192), (2.0 + SINK_SCORE_TENSORS_GRAPHS * 32.0) * 8192.0 * 16384.0 * 2.0);
         // Part of the plan: an 80 GB H100 cannot hold it, the H200 can.
         let e = plan(&gptoss, &load_gpu("h100_sxm").unwrap(), &dep, 0.9, 8192, graphs).unwrap_err().to_string();
         assert!(e.contains("attention scores") && e.contains("max_num_batched_tokens"), "{e}");
