@@ -189,7 +189,10 @@ pub fn plan(
     }
     let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / (kv_per_token + mask_per_token)) as u64 } else { u64::MAX / 4 };
     if kv_capacity_tokens == 0 {
-        bail!("{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token", model.name, gib(budget), kv_per_token);
+        bail!(
+            "{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token ({:.0} KV + {:.0} attention masks over the cache)",
+            model.name, gib(budget), kv_per_token + mask_per_token, kv_per_token, mask_per_token
+        );
     }
     Ok(MemoryPlan {
         capacity_bytes_per_gpu: capacity,
