@@ -127,11 +127,43 @@ def sync():
         torch.cuda.synchronize()
 
 
+MODEL_PEAK_BYTES = [0]  # the peak over a model's runs (each run resets the allocator's peak to measure its own)
+
+
 def mem_gib(peak=False):
     import torch
     if not torch.cuda.is_available():
         return None
-    return (torch.cuda.max_memory_allocated() if peak else torch.cuda.memory_allocated()) / 2**30
+    if peak:
+        return max(MODEL_PEAK_BYTES[0], torch.cuda.max_memory_allocated()) / 2**30
+    return torch.cuda.memory_allocated() / 2**30
+
+
+def run_memory_start():
+    """Starts a run's own peak: the model's peak so far is kept in MODEL_PEAK_BYTES."""
+    import torch
+    if not torch.cuda.is_available():
+        return None
+    MODEL_PEAK_BYTES[0] = max(MODEL_PEAK_BYTES[0], torch.cuda.max_memory_allocated())
+    torch.cuda.reset_peak_memory_stats()
+    return {"allocated_before_bytes": torch.cuda.memory_allocated(), "reserved_before_bytes": torch.cuda.memory_reserved()}
+
+
+def run_memory_end(mem):
+    """A run's peak and what the allocator holds at its end, with the CUDA-graph private pools
+    apart (segments whose pool id is not the default (0, 0)): the memory plan's checks."""
+    import torch
+    if mem is None:
+        return None
+    pools = {}
+    for seg in torch.cuda.memory_snapshot():
+        pid = tuple(seg.get("segment_pool_id", (0, 0)))
+        if pid != (0, 0):
+            pools[pid] = pools.get(pid, 0) + seg["total_size"]
+    mem.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(), allocated_end_bytes=torch.cuda.memory_allocated(),
+               reserved_end_bytes=torch.cuda.memory_reserved(), graph_pools=len(pools),
+               graph_pool_reserved_bytes=sum(pools.values()))
+    return mem
 
 
 def build_model(cfg):
@@ -347,6 +379,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
     steps = []
     t0_box = [0.0]
     t_start = time.perf_counter()
+    mem = run_memory_start()
     try:
         manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cbc)
         rec["attn_implementation"] = model.config._attn_implementation  # the paged variant the engine switched to
@@ -433,6 +466,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
                         "num_key_value_heads": cache.num_key_value_heads, "head_dim": cache.head_dim}
         timed_out = len(results) < len(rows)
         manager.stop(block=True, timeout=30, hard_stop=timed_out)
+        rec["memory"] = run_memory_end(mem)
         rec["engine_resolved"] = cb_config_to_dict(manager.continuous_batching_config)
         n_ok = 0
         for rid, idx in ids.items():

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 47's device call, whichever GPU the lent pool gives (writes $OUT/s47.tgz):
+#   H200: the owed stages (microbench/owed_measurements.sh) less the static MoE decode (measured
+#         twice on H100s), so the capture sweep with its host probe fits: the H200 reference the
+#         capture term lacks (docs/validation_e2e.md, "Where the H100 blind TTFT goes wrong");
+#   other GPUs: the eager blind plan (eager_blind12: four models never run eager off the H200)
+#         with per-run memory records (peak, CUDA-graph pools), blind.
+set -u
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "gpu: $gpu"
+mkdir -p "$OUT/s47"
+if [[ "$gpu" == *H200* ]]; then
+  OWED_SKIP=static_moe OWED_BUDGET_S=${S47_BUDGET_S:-560} OUT="$OUT/s47" bash microbench/owed_measurements.sh
+else
+  nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/s47/smi_q.txt" 2>&1
+  (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/s47/cpu.txt"
+  python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_0.json" > /dev/null 2>&1
+  PYTHONUNBUFFERED=1 timeout ${S47_BUDGET_S:-520} python3 microbench/e2e/harness.py --plan eager_blind12 \
+    --out "$OUT/s47/raw" > "$OUT/s47/eager.log" 2>&1
+  echo "eager rc=$?"
+  python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_1.json" > /dev/null 2>&1
+  tail -5 "$OUT/s47/eager.log"
+fi
+tar czf /tmp/s47.tgz -C "$OUT" s47 && rm -rf "$OUT/s47" && mv /tmp/s47.tgz "$OUT/s47.tgz"
+ls -la "$OUT"
