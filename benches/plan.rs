@@ -47,7 +47,7 @@ fn setup() -> (ModelConfig, SearchSpace, SimEvaluator, WorkloadSpec, Slo) {
         max_gpus: 16,
         disaggregated: false,
         gpu_memory_utilization: engine.gpu_memory_utilization,
-        attention: engine.attention_scratch(),
+        buffers: engine.buffers(),
         min_kv_tokens: 8192,
     };
     let eval = SimEvaluator::new(model.clone(), &gpus, engine, Tier::Roofline, RouterKind::RoundRobin).expect("evaluator");

@@ -254,3 +254,17 @@ fn kernel_names_the_library_it_priced() {
     let roof = json(&["kernel", "--gpu", "h100_sxm", "--tier", "roofline", "--op", "gemm", "--m", "64", "--n", "64", "--k", "64", "--json"]);
     assert!(roof["library"].is_null(), "roofline tier reported {}", roof["library"]);
 }
+
+#[test]
+fn step_holds_the_kv_that_simulate_derives_for_the_same_engine() {
+    // transformers' masks over the cache grow with the engine's token budget (8,192), not with
+    // the step's own tokens: `step` must refuse a batch `simulate` could not hold either.
+    let sim = json(&["simulate", "--engine", "hf", "--model", "llama-3.1-8b", "--gpu", "h200_sxm", "--num-requests", "2", "--json"]);
+    let cap = sim["memory"]["kv_capacity_tokens"].as_u64().expect("memory.kv_capacity_tokens");
+    let batch = |kv_tokens: u64| format!("decode:10@{}", kv_tokens / 10 - 1);
+    let step = |b: &str| ks(&["step", "--engine", "hf", "--model", "llama-3.1-8b", "--gpu", "h200_sxm", "--batch", b]);
+    let (ok, _, err) = step(&batch(cap));
+    assert!(ok, "{cap} tokens should fit: {err}");
+    let (ok, _, err) = step(&batch(cap + cap / 50));
+    assert!(!ok && err.contains(&format!("fits {cap}")), "{err}");
+}

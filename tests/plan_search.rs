@@ -65,7 +65,7 @@ fn space() -> SearchSpace {
         max_gpus: 8,
         disaggregated: false,
         gpu_memory_utilization: 0.9,
-        attention: kernelsight::kernels::memory::AttentionScratch::None,
+        buffers: kernelsight::kernels::memory::EngineBuffers::Paged,
         min_kv_tokens: 200,
     }
 }

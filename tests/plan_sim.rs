@@ -61,7 +61,7 @@ fn prefix_caching_off_without_sharing_gives_the_same_run() {
     let g = load_gpu("h200_sxm").unwrap();
     let m = ModelConfig::load("llama-3.1-8b").unwrap();
     let e = eval();
-    let plan = kernelsight::kernels::memory::plan(&m, &g, &Deployment::default(), on_engine.gpu_memory_utilization, 8192, on_engine.attention_scratch()).unwrap();
+    let plan = kernelsight::kernels::memory::plan(&m, &g, &Deployment::default(), on_engine.gpu_memory_utilization, 8192, on_engine.buffers()).unwrap();
     let blocks = (plan.kv_capacity_tokens / on_engine.block_size as u64) as u32;
     // The evaluator's construction: the engine's graphs and launch terms, the same host.
     let km = kernelsight::perf::efficiency::KernelModel::load(&g, Tier::Roofline).unwrap();

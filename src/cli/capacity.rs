@@ -75,7 +75,7 @@ pub fn run(a: CapacityArgs) -> Result<()> {
         None => a.replicas,
     };
     // Fail early, with the memory figures, when the layout cannot hold the model.
-    let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, limits.max_num_batched_tokens as u64, engine.attention_scratch())?;
+    let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, limits.max_num_batched_tokens as u64, engine.buffers())?;
     let longest = longest_request(&workload)?;
     if plan.kv_capacity_tokens < longest {
         bail!("the KV cache holds {} tokens per replica, below the workload's longest request ({longest} tokens)", plan.kv_capacity_tokens);

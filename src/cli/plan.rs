@@ -215,7 +215,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         max_gpus: a.max_gpus,
         disaggregated: a.disagg,
         gpu_memory_utilization: engine.gpu_memory_utilization,
-        attention: engine.attention_scratch(),
+        buffers: engine.buffers(),
         min_kv_tokens: longest_request(&workload)?,
     };
     let enumerated = space.enumerate(&model)?;

@@ -155,7 +155,7 @@ impl SimulateArgs {
         let named = NamedBackends::parse(&self.kernel_backends)?;
         named.apply(&mut engine);
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
-        let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.attention_scratch())?;
+        let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.buffers())?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
         let derived_blocks = kv_layout.pool_pages(plan.kv_capacity_tokens, engine.block_size);
         let num_gpu_blocks = match self.num_gpu_blocks {

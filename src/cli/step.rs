@@ -42,7 +42,11 @@ pub fn run(args: StepArgs) -> Result<()> {
     let named = NamedBackends::parse(&args.kernel_backends)?;
     named.apply(&mut engine);
     engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
-    let plan = memory::plan(&model, &gpu, &dep, 0.9, tokens.max(2048), engine.attention_scratch())?;
+    // The engine sizes its step buffers (vLLM's profiling run, transformers' masks over the
+    // cache) at its token budget, so the KV this batch may hold is the one `simulate` derives;
+    // a batch above that budget is priced as if the engine had been sized for it.
+    let step_budget_tokens = (engine.max_num_batched_tokens as u64).max(tokens);
+    let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, step_budget_tokens, engine.buffers())?;
     let kv_tokens: u64 = seqs.iter().map(|s| (s.new_tokens + s.cached_tokens) as u64).sum();
     if kv_tokens > plan.kv_capacity_tokens {
         bail!(

@@ -62,7 +62,7 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
             let model = ModelConfig::from_hf_json(&cfg, &label, &cfg_path.display().to_string())?;
             let gpu = load_gpu(&gpu_id)?;
             let dep = Deployment { tp, ..Deployment::default() };
-            let plan = memory::plan(&model, &gpu, &dep, util, max_batched, memory::AttentionScratch::None)
+            let plan = memory::plan(&model, &gpu, &dep, util, max_batched, memory::EngineBuffers::Paged)
                 .with_context(|| format!("{}: memory plan", path.display()))?;
             let predicted = KvLayout::of(&model, block_size as u32).pool_pages(plan.kv_capacity_tokens, block_size as u32) as u64;
             rows.push(KvCapacityRow {

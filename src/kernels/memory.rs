@@ -18,11 +18,11 @@ pub struct MemoryPlan {
     pub weight_bytes_per_gpu: f64,
     /// Peak step workspace, `attention_scratch_bytes_per_gpu` included.
     pub activation_bytes_per_gpu: f64,
-    /// Attention buffers the engine materialises (`AttentionScratch`).
+    /// Attention buffers the engine materialises (`EngineBuffers`).
     pub attention_scratch_bytes_per_gpu: f64,
     pub kv_bytes_per_token_per_gpu: f64,
     /// Memory that grows with the KV cache besides the KV itself, per KV token: transformers'
-    /// static attention masks span every page of the pool (`AttentionScratch::mask_bytes_per_kv_token`).
+    /// static attention masks span every page of the pool (`EngineBuffers::mask_bytes_per_kv_token`).
     pub mask_bytes_per_kv_token_per_gpu: f64,
     /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
     pub state_bytes_per_seq_per_gpu: f64,
@@ -71,18 +71,21 @@ pub fn activation_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_token
     max_tokens as f64 * per_token * 2.0 + logits + RUNTIME_RESERVE_BYTES
 }
 
-/// Attention buffers a step materialises on top of `activation_bytes_per_gpu`, by how the
-/// engine runs attention.
+/// The buffers an engine allocates besides weights, KV pages and `activation_bytes_per_gpu`,
+/// by how it runs attention: the step's attention scratch (`bytes_per_gpu`), static tensors that
+/// grow with the KV pool (`mask_bytes_per_kv_token`) and a floor under the step's activations
+/// (`activation_floor_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum AttentionScratch {
-    /// Paged/varlen kernels that never materialise scores (vLLM, SGLang, TRT-LLM).
+pub enum EngineBuffers {
+    /// Paged/varlen kernels that never materialise scores or masks (vLLM, SGLang, TRT-LLM).
     #[default]
-    None,
-    /// transformers' packed attention (`AttentionImpl::PackedSdpa`): a dense bf16 mask of
-    /// queries x keys per attention type; a model with sinks runs the eager math path, which
+    Paged,
+    /// transformers' continuous batching with packed attention (`AttentionImpl::PackedSdpa`):
+    /// dense bf16 masks of queries x keys per attention type, allocated once over the whole
+    /// cache, and its logits floor; a model with sinks runs the eager math path, which
     /// materialises bf16 scores of heads x queries x keys several times over. `kv_pad_tokens`:
     /// CUDA graphs pad the keys read to a multiple of it.
-    Packed { kv_pad_tokens: Option<u64> },
+    PackedSdpa { kv_pad_tokens: Option<u64> },
 }
 
 /// Score-sized tensors alive at the peak of gpt-oss's eager sink attention (scores, masked
@@ -96,11 +99,11 @@ pub enum AttentionScratch {
 const SINK_SCORE_TENSORS_GRAPHS: f64 = 3.4;
 const SINK_SCORE_TENSORS_EAGER: f64 = 1.9;
 
-impl AttentionScratch {
-    pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> AttentionScratch {
+impl EngineBuffers {
+    pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> EngineBuffers {
         match attention {
-            AttentionImpl::PerSequence => AttentionScratch::None,
-            AttentionImpl::PackedSdpa => AttentionScratch::Packed { kv_pad_tokens },
+            AttentionImpl::PerSequence => EngineBuffers::Paged,
+            AttentionImpl::PackedSdpa => EngineBuffers::PackedSdpa { kv_pad_tokens },
         }
     }
 
@@ -111,7 +114,7 @@ impl AttentionScratch {
     /// in each KV group. Its memory check reproduces to the byte with this term
     /// (`calibration/traces/h100_sxm_eager46/README.md`).
     pub fn mask_bytes_per_kv_token(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
-        let AttentionScratch::Packed { .. } = *self else { return 0.0 };
+        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
         let [full, sliding, _] = model.kv_cache_groups_by_kind();
         mask_types(model) * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
     }
@@ -120,7 +123,7 @@ impl AttentionScratch {
     /// token (the fp32 logits of every token and a hidden state; the same handler's M term), a
     /// floor under `activation_bytes_per_gpu` for its engines. 0 for other engines.
     pub fn activation_floor_bytes(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
-        let AttentionScratch::Packed { .. } = *self else { return 0.0 };
+        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
         max_tokens as f64 * (2 * model.vocab + model.hidden) as f64 * Dtype::Bf16.bytes() + RUNTIME_RESERVE_BYTES
     }
 
@@ -128,7 +131,7 @@ impl AttentionScratch {
     /// step's own keys, padded as the engine pads them). Longer cached contexts in one step
     /// read more keys; this is the budget-filling prefill step, the one every engine meets.
     pub fn bytes_per_gpu(&self, model: &ModelConfig, dep: &Deployment, max_tokens: u64) -> f64 {
-        let AttentionScratch::Packed { kv_pad_tokens } = *self else { return 0.0 };
+        let EngineBuffers::PackedSdpa { kv_pad_tokens } = *self else { return 0.0 };
         let keys = kv_pad_tokens.map_or(max_tokens, |pad| crate::perf::graphs::pad_to(max_tokens, pad, u64::MAX)) as f64;
         let act = Dtype::Bf16.bytes();
         let mut bytes = mask_types(model) * max_tokens as f64 * keys * act;
@@ -156,7 +159,7 @@ pub fn plan(
     dep: &Deployment,
     gpu_memory_utilization: f64,
     max_num_batched_tokens: u64,
-    attention: AttentionScratch,
+    attention: EngineBuffers,
 ) -> Result<MemoryPlan> {
     dep.validate()?;
     if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
@@ -216,7 +219,7 @@ mod tests {
     fn llama_8b_weights_and_kv_on_one_h200() {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
-        let p = plan(&m, &g, &Deployment::default(), 0.9, 8192, AttentionScratch::None).unwrap();
+        let p = plan(&m, &g, &Deployment::default(), 0.9, 8192, EngineBuffers::Paged).unwrap();
         // 8.03e9 params x 2 bytes.
         assert!((p.weight_bytes_per_gpu / 16.06e9 - 1.0).abs() < 0.01, "{}", p.weight_bytes_per_gpu);
         assert_eq!(p.kv_bytes_per_token_per_gpu, 131072.0);
@@ -234,7 +237,7 @@ mod tests {
         // leave out only its index tensors (~30 MB).
         let m = ModelConfig::load("calibration/traces/h200_sxm_eager_layers11/gemma-3-27b-it-L12/config.json").unwrap();
         let dep = Deployment::default();
-        let packed = AttentionScratch::Packed { kv_pad_tokens: None };
+        let packed = EngineBuffers::PackedSdpa { kv_pad_tokens: None };
         let (pages, block, batch) = (2304.0, 256.0, 8192);
         let kv_tokens = pages * block / 6.0; // six KV groups (one full, five sliding) of two layers
         let footprint = kv_tokens * (kv_bytes_per_token_per_gpu(&m, &dep) + packed.mask_bytes_per_kv_token(&m, batch))
@@ -244,8 +247,8 @@ mod tests {
         let measured = 37_968_936_960.0;
         assert!(footprint < measured && footprint > measured - 40e6, "{footprint}");
         // Engines with paged kernels allocate neither.
-        assert_eq!(AttentionScratch::None.mask_bytes_per_kv_token(&m, batch), 0.0);
-        assert_eq!(AttentionScratch::None.activation_floor_bytes(&m, batch), 0.0);
+        assert_eq!(EngineBuffers::Paged.mask_bytes_per_kv_token(&m, batch), 0.0);
+        assert_eq!(EngineBuffers::Paged.activation_floor_bytes(&m, batch), 0.0);
     }
 
     #[test]
@@ -253,8 +256,8 @@ mod tests {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
         let dep = Deployment::default();
-        let paged = plan(&m, &g, &dep, 0.9, 8192, AttentionScratch::None).unwrap();
-        let packed = plan(&m, &g, &dep, 0.9, 8192, AttentionScratch::Packed { kv_pad_tokens: None }).unwrap();
+        let paged = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::Paged).unwrap();
+        let packed = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::PackedSdpa { kv_pad_tokens: None }).unwrap();
         // One mask type of 8,192 bf16 rows per cache token, on top of 131,072 KV bytes.
         assert_eq!(packed.mask_bytes_per_kv_token_per_gpu, 8192.0 * 2.0);
         let per_token = packed.kv_bytes_per_token_per_gpu + packed.mask_bytes_per_kv_token_per_gpu;
@@ -267,11 +270,11 @@ mod tests {
         let dep = Deployment::default();
         let llama = ModelConfig::load("llama-3.1-8b").unwrap();
         let gptoss = ModelConfig::load("gpt-oss-20b").unwrap();
-        assert_eq!(AttentionScratch::None.bytes_per_gpu(&gptoss, &dep, 8192), 0.0);
+        assert_eq!(EngineBuffers::Paged.bytes_per_gpu(&gptoss, &dep, 8192), 0.0);
         // One full-attention mask of 8,192 x 8,192 bf16 without graphs.
-        assert_eq!(AttentionScratch::Packed { kv_pad_tokens: None }.bytes_per_gpu(&llama, &dep, 8192), 8192.0 * 8192.0 * 2.0);
+        assert_eq!(EngineBuffers::PackedSdpa { kv_pad_tokens: None }.bytes_per_gpu(&llama, &dep, 8192), 8192.0 * 8192.0 * 2.0);
         // gpt-oss: sliding and full masks, and 3.4 score tensors of 64 heads, keys padded to 16,384.
-        let graphs = AttentionScratch::Packed { kv_pad_tokens: Some(16384) };
+        let graphs = EngineBuffers::PackedSdpa { kv_pad_tokens: Some(16384) };
         let want = (2.0 + SINK_SCORE_TENSORS_GRAPHS * 64.0) * 8192.0 * 16384.0 * 2.0;
         assert_eq!(graphs.bytes_per_gpu(&gptoss, &dep, 8192), want);
         // Heads split over tensor parallelism; the masks do not.

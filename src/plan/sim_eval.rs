@@ -202,7 +202,7 @@ impl SimEvaluator {
             ..self.engine.clone()
         };
         let dep = c.replica();
-        let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.attention_scratch())?;
+        let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.buffers())?;
         let blocks = KvLayout::of(&self.model, engine.block_size).pool_pages(plan.kv_capacity_tokens, engine.block_size);
         if blocks == 0 {
             bail!("the KV budget holds less than one block of {} tokens", engine.block_size);

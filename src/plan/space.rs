@@ -28,7 +28,7 @@ pub struct SearchSpace {
     pub disaggregated: bool,
     pub gpu_memory_utilization: f64,
     /// The engine's attention buffers, part of every layout's activation peak.
-    pub attention: memory::AttentionScratch,
+    pub buffers: memory::EngineBuffers,
     /// KV tokens one replica must hold: the longest request of the workload (prompt + output).
     pub min_kv_tokens: u64,
 }
@@ -128,7 +128,7 @@ impl SearchSpace {
         // The memory plan depends on the token budget, not on max_num_seqs: one verdict each.
         let mut budgets = Vec::new();
         for &mbt in &self.max_num_batched_tokens {
-            let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64, self.attention) {
+            let plan = match memory::plan(model, gpu, &dep, self.gpu_memory_utilization, mbt as u64, self.buffers) {
                 Ok(p) => p,
                 Err(e) => {
                     out.pruned.push(Pruned { layout: format!("{layout} mbt{mbt}"), reason: e.to_string() });
@@ -197,7 +197,7 @@ mod tests {
             max_gpus,
             disaggregated: false,
             gpu_memory_utilization: 0.9,
-            attention: memory::AttentionScratch::None,
+            buffers: memory::EngineBuffers::Paged,
             min_kv_tokens: 4096,
         }
     }

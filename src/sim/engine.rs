@@ -294,9 +294,9 @@ impl EngineParams {
         Ok(p)
     }
 
-    /// The attention buffers this engine's steps materialise (`kernels::memory`).
-    pub fn attention_scratch(&self) -> crate::kernels::memory::AttentionScratch {
-        crate::kernels::memory::AttentionScratch::of(self.attention_impl, self.cuda_graphs.map(|g| g.kv_tokens as u64))
+    /// The buffers this engine allocates besides weights and KV pages (`kernels::memory`).
+    pub fn buffers(&self) -> crate::kernels::memory::EngineBuffers {
+        crate::kernels::memory::EngineBuffers::of(self.attention_impl, self.cuda_graphs.map(|g| g.kv_tokens as u64))
     }
 
     pub fn validate(&self) -> Result<()> {
