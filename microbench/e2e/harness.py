@@ -514,6 +514,8 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+            if rec.get("memory"):  # what the destroyed manager left allocated (its cache, if still referenced)
+                rec["memory"]["allocated_after_destroy_bytes"] = torch.cuda.memory_allocated()
     if record:
         append_jsonl(os.path.join(out, "runs.jsonl"), rec)
     return rec
