@@ -3,8 +3,9 @@
 #   H200: the owed stages (microbench/owed_measurements.sh) less the static MoE decode (measured
 #         twice on H100s), so the capture sweep with its host probe fits: the H200 reference the
 #         capture term lacks (docs/validation_e2e.md, "Where the H100 blind TTFT goes wrong");
-#   other GPUs: the eager blind plan (eager_blind12: four models never run eager off the H200)
-#         with per-run memory records (peak, CUDA-graph pools), blind.
+#   other GPUs: per-run memory records (peak, what stays allocated, CUDA-graph pools) of
+#         llama-3.2-3b and gpt-oss-20b-L8 with graphs (plan memory47), then eager_blind12's runs
+#         (four models never run eager off the H200) within 300 s (plan eager_blind47), blind.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
@@ -15,8 +16,9 @@ else
   nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/s47/smi_q.txt" 2>&1
   (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/s47/cpu.txt"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_0.json" > /dev/null 2>&1
-  PYTHONUNBUFFERED=1 timeout ${S47_BUDGET_S:-520} python3 microbench/e2e/harness.py --plan eager_blind12 \
-    --out "$OUT/s47/raw" > "$OUT/s47/eager.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout 230 python3 microbench/e2e/harness.py --plan memory47 --out "$OUT/s47/mem" > "$OUT/s47/mem.log" 2>&1
+  echo "memory rc=$?"
+  PYTHONUNBUFFERED=1 timeout 330 python3 microbench/e2e/harness.py --plan eager_blind47 --out "$OUT/s47/raw" > "$OUT/s47/eager.log" 2>&1
   echo "eager rc=$?"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_1.json" > /dev/null 2>&1
   tail -5 "$OUT/s47/eager.log"
