@@ -18,7 +18,7 @@ else
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_0.json" > /dev/null 2>&1
   PYTHONUNBUFFERED=1 timeout 230 python3 microbench/e2e/harness.py --plan memory47 --out "$OUT/s47/mem" > "$OUT/s47/mem.log" 2>&1
   echo "memory rc=$?"
-  PYTHONUNBUFFERED=1 timeout 330 python3 microbench/e2e/harness.py --plan eager_blind47 --out "$OUT/s47/raw" > "$OUT/s47/eager.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout 300 python3 microbench/e2e/harness.py --plan eager_blind47 --out "$OUT/s47/raw" > "$OUT/s47/eager.log" 2>&1
   echo "eager rc=$?"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s47/probe_1.json" > /dev/null 2>&1
   tail -5 "$OUT/s47/eager.log"
