@@ -164,7 +164,7 @@ impl SimulateArgs {
                 let v = positive("num-gpu-blocks", v)?;
                 let gib = |b: f64| b / (1u64 << 30) as f64;
                 // A block holds block_size tokens of one KV group's layers.
-                let per_block = (plan.kv_bytes_per_token_per_gpu + plan.mask_bytes_per_kv_token_per_gpu) * engine.block_size as f64
+                let per_block = plan.pool_bytes_per_kv_token_per_gpu() * engine.block_size as f64
                     / kv_layout.groups() as f64;
                 bail!(
                     "--num-gpu-blocks {v}: {} on {} holds at most {derived_blocks} blocks of {} tokens ({:.1} GiB KV budget per GPU = {:.1} GiB usable - {:.1} GiB weights - {:.1} GiB activations); {v} blocks need about {:.1} GiB",
@@ -241,8 +241,12 @@ impl SimulateArgs {
                 gib(plan.weight_bytes_per_gpu),
                 gib(plan.activation_bytes_per_gpu),
                 gib(kv_tokens as f64 * plan.kv_bytes_per_token_per_gpu),
-                if plan.mask_bytes_per_kv_token_per_gpu > 0.0 {
-                    format!(", attention masks over the cache {:.1} GiB", gib(kv_tokens as f64 * plan.mask_bytes_per_kv_token_per_gpu))
+                if plan.mask_bytes_per_kv_token_per_gpu > 0.0 || plan.kv_copy_bytes_per_kv_token_per_gpu > 0.0 {
+                    format!(
+                        ", attention masks over the cache {:.1} GiB, the KV a full-cache step gathers {:.1} GiB",
+                        gib(kv_tokens as f64 * plan.mask_bytes_per_kv_token_per_gpu),
+                        gib(kv_tokens as f64 * plan.kv_copy_bytes_per_kv_token_per_gpu)
+                    )
                 } else {
                     String::new()
                 },

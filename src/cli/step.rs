@@ -52,7 +52,7 @@ pub fn run(args: StepArgs) -> Result<()> {
         bail!(
             "batch holds {kv_tokens} KV tokens but {} on {} (tp={}) fits {} ({:.1} GiB KV budget per GPU at {:.0} bytes/token)",
             model.name, gpu.id, dep.tp, plan.kv_capacity_tokens,
-            plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.kv_bytes_per_token_per_gpu + plan.mask_bytes_per_kv_token_per_gpu
+            plan.kv_budget_bytes_per_gpu / (1u64 << 30) as f64, plan.pool_bytes_per_kv_token_per_gpu()
         );
     }
     let km = named.kernel_model(&gpu, &dep, args.deploy.tier.unwrap_or(Tier::Target))?.with_served_routing(args.moe_routing);

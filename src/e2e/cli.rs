@@ -1,6 +1,6 @@
 //! `kernelsight validate e2e`: replays measured serving runs and reports the error per metric.
 
-use super::{kv_capacity, silicon, static_steps, step_gpu, traces};
+use super::{kv_capacity, peak_memory, silicon, static_steps, step_gpu, traces};
 use crate::perf::host::HostOverhead;
 use crate::perf::Tier;
 use crate::report::scatter::{predicted_vs_measured, Series};
@@ -109,13 +109,14 @@ pub fn run(args: E2eArgs) -> Result<()> {
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     let kv_rows = if args.no_traces { None } else { Some(kv_capacity::validate(&args.traces)?).filter(|r| !r.is_empty()) };
+    let peak_rows = if args.no_traces { None } else { Some(peak_memory::validate(&args.traces)?).filter(|r| !r.rows.is_empty()) };
     let static_report = match (&statics, &generate_host) {
         (Some(set), Some(h)) => Some(static_steps::validate(set, &tiers, h)?).filter(|r| !r.rows.is_empty()),
         _ => None,
     };
     if args.json {
         let static_json = static_report.as_ref().map(|r| serde_json::json!({ "rows": r.rows, "not_priced": r.skipped, "host": r.host }));
-        let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h200_static_generate": static_json, "kv_capacity": kv_rows, "h100_public": silicon_report });
+        let v = serde_json::json!({ "h200_traces": traces_report, "h200_step_gpu": step_rows, "h200_static_generate": static_json, "kv_capacity": kv_rows, "transformers_peak_memory": peak_rows, "h100_public": silicon_report });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         if let Some(r) = &traces_report {
@@ -130,6 +131,9 @@ pub fn run(args: E2eArgs) -> Result<()> {
         }
         if let Some(rows) = &kv_rows {
             print!("\n{}", kv_capacity::render(rows));
+        }
+        if let Some(rows) = &peak_rows {
+            print!("\n{}", peak_memory::render(rows));
         }
         if let Some(r) = &silicon_report {
             print!("\n{}", r.render());

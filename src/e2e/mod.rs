@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod kv_capacity;
 pub mod load_sweep;
+pub mod peak_memory;
 pub mod silicon;
 pub mod static_steps;
 pub mod stats;

@@ -237,7 +237,7 @@ fn parse_request(v: &Value, origin: &str) -> Result<TraceRequest> {
 }
 
 /// transformers records `use_cuda_graph` as one flag or a (varlen, decode) pair.
-fn uses_cuda_graphs(v: Option<&Value>) -> bool {
+pub(crate) fn uses_cuda_graphs(v: Option<&Value>) -> bool {
     match v {
         Some(Value::Bool(b)) => *b,
         Some(Value::Array(a)) => a.iter().any(|x| x.as_bool() == Some(true)),

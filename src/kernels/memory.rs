@@ -24,10 +24,21 @@ pub struct MemoryPlan {
     /// Memory that grows with the KV cache besides the KV itself, per KV token: transformers'
     /// static attention masks span every page of the pool (`EngineBuffers::mask_bytes_per_kv_token`).
     pub mask_bytes_per_kv_token_per_gpu: f64,
+    /// The K and V a step gathers from the pool, per KV token, at the engine's peak (a step that
+    /// reads every page): `EngineBuffers::kv_copy_bytes_per_kv_token`.
+    pub kv_copy_bytes_per_kv_token_per_gpu: f64,
     /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
     pub state_bytes_per_seq_per_gpu: f64,
     pub kv_budget_bytes_per_gpu: f64,
     pub kv_capacity_tokens: u64,
+}
+
+impl MemoryPlan {
+    /// What each KV token of the pool costs per GPU: K and V, plus what the engine allocates in
+    /// proportion to the pool (masks over the cache, the gathered copy).
+    pub fn pool_bytes_per_kv_token_per_gpu(&self) -> f64 {
+        self.kv_bytes_per_token_per_gpu + self.mask_bytes_per_kv_token_per_gpu + self.kv_copy_bytes_per_kv_token_per_gpu
+    }
 }
 
 /// Weight bytes one GPU holds. Embedding and lm_head stay 16-bit in quantized checkpoints.
@@ -89,15 +100,16 @@ pub enum EngineBuffers {
 }
 
 /// Score-sized tensors alive at the peak of gpt-oss's eager sink attention (scores, masked
-/// scores, sink concat, max-shifted logits, softmax): peaks measured on the H200 above weights
-/// and KV pool (`calibration/traces/*/gpt-oss-*/model.json`, a step of 8,192 fresh tokens, 768
-/// pages of 256 tokens), less what the plan counts apart (the masks over the cache, 6.0 GiB; the
-/// step's masks, 0.5 / 0.25 GiB; the logits floor, 6.2 GiB): with CUDA graphs 68.9 GiB for
-/// gpt-oss-20b and 65.4 for gpt-oss-120b-L4 leave 3.5 and 3.3 tensors of 16 GiB (keys padded to
-/// 16,384), the graph pool keeping freed buffers; eager 27.3 GiB leaves 1.9 of 8 GiB. (Before
-/// session 46 the masks and logits were not counted and these were 4 and 3.)
+/// scores, sink concat, max-shifted logits, softmax), read off the allocator peaks of gpt-oss runs
+/// (`calibration/traces/*/gpt-oss-*/model.json`, steps of 8,192 fresh tokens, 768 pages of 256
+/// tokens) less everything else the plan counts (weights, the KV pool twice, the masks over the
+/// cache 6.0 GiB, the step's masks 0.5 / 0.25 GiB, bf16 logits 3.1 GiB): with CUDA graphs
+/// gpt-oss-20b (H200, 112.4 GiB) and gpt-oss-120b-L4 (92.3) leave 3.43 and 3.44 tensors of
+/// 16 GiB (keys padded to 16,384), the graph pool keeping freed buffers; eager gpt-oss-20b and
+/// gpt-oss-20b-L2 (61.2, 19.2) leave 0.49 of 8 GiB each. (Session 46's accounting, without the
+/// KV copy and with fp32 logits, read 3.4 and 1.9.)
 const SINK_SCORE_TENSORS_GRAPHS: f64 = 3.4;
-const SINK_SCORE_TENSORS_EAGER: f64 = 1.9;
+const SINK_SCORE_TENSORS_EAGER: f64 = 0.5;
 
 impl EngineBuffers {
     pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> EngineBuffers {
@@ -119,12 +131,24 @@ impl EngineBuffers {
         mask_types(model) * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
     }
 
-    /// transformers sizes a step's activations at (2 x vocab + hidden) bf16 values per batch
-    /// token (the fp32 logits of every token and a hidden state; the same handler's M term), a
-    /// floor under `activation_bytes_per_gpu` for its engines. 0 for other engines.
+    /// The keys and values a step gathers from the pool, per KV token: transformers' paged
+    /// attention reads each layer's pages into contiguous tensors, and at the peak (its warm-up
+    /// step, whose keys are every page) a second pool's worth of K and V is allocated: measured
+    /// peaks sit at weights + 2 x KV pool + masks + logits (`calibration/traces/h100_sxm_memory47/
+    /// README.md`; `validate e2e`'s peak-memory table). 0 for paged kernels.
+    pub fn kv_copy_bytes_per_kv_token(&self, model: &ModelConfig, dep: &Deployment) -> f64 {
+        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
+        kv_bytes_per_token_per_gpu(model, dep)
+    }
+
+    /// transformers computes bf16 logits for every token of a step (vocab x batch tokens, the
+    /// whole vocabulary on each tensor-parallel rank), a floor under `activation_bytes_per_gpu`
+    /// for its engines. (Its memory check budgets (2 x vocab + hidden) bf16 values per token,
+    /// more than its steps allocate: `e2e::peak_memory::transformers_check_bytes`.) 0 for other
+    /// engines.
     pub fn activation_floor_bytes(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
         let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
-        max_tokens as f64 * (2 * model.vocab + model.hidden) as f64 * Dtype::Bf16.bytes() + RUNTIME_RESERVE_BYTES
+        max_tokens as f64 * model.vocab as f64 * Dtype::Bf16.bytes() + RUNTIME_RESERVE_BYTES
     }
 
     /// Peak bytes per GPU for a step of `max_tokens` fresh query tokens (each attending the
@@ -153,6 +177,20 @@ fn mask_types(model: &ModelConfig) -> f64 {
     }
 }
 
+/// Peak bytes per GPU of a step within the engine's token budget, beside weights and the KV
+/// pool: the activation workspace (at least the engine's floor) plus its attention scratch.
+/// `RUNTIME_RESERVE_BYTES` included.
+pub fn step_peak_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_tokens: u64, buffers: EngineBuffers) -> f64 {
+    activation_bytes_per_gpu(model, dep, max_tokens).max(buffers.activation_floor_bytes(model, max_tokens)) + buffers.bytes_per_gpu(model, dep, max_tokens)
+}
+
+/// Bytes per GPU that each KV token of the pool costs at the engine's peak: its K and V, and
+/// what the engine allocates in proportion to the pool (`EngineBuffers::mask_bytes_per_kv_token`,
+/// `EngineBuffers::kv_copy_bytes_per_kv_token`).
+pub fn kv_pool_bytes_per_token_per_gpu(model: &ModelConfig, dep: &Deployment, max_tokens: u64, buffers: EngineBuffers) -> f64 {
+    kv_bytes_per_token_per_gpu(model, dep) + buffers.mask_bytes_per_kv_token(model, max_tokens) + buffers.kv_copy_bytes_per_kv_token(model, dep)
+}
+
 pub fn plan(
     model: &ModelConfig,
     gpu: &GpuSpec,
@@ -172,11 +210,10 @@ pub fn plan(
     let capacity = gpu.hbm_bytes() * gpu_memory_utilization;
     let weights = weight_bytes_per_gpu(model, dep);
     let scratch = attention.bytes_per_gpu(model, dep, max_num_batched_tokens);
-    let activation = activation_bytes_per_gpu(model, dep, max_num_batched_tokens)
-        .max(attention.activation_floor_bytes(model, max_num_batched_tokens))
-        + scratch;
+    let activation = step_peak_bytes_per_gpu(model, dep, max_num_batched_tokens, attention);
     let kv_per_token = kv_bytes_per_token_per_gpu(model, dep);
     let mask_per_token = attention.mask_bytes_per_kv_token(model, max_num_batched_tokens);
+    let copy_per_token = attention.kv_copy_bytes_per_kv_token(model, dep);
     let state = model.linear_state_bytes_per_seq() / (dep.tp * dep.pp) as f64;
     let budget = capacity - weights - activation;
     let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -190,11 +227,11 @@ pub fn plan(
             if scratch > 0.0 { ", a smaller token budget per step (max_num_batched_tokens) or a smaller weight dtype" } else { " or a smaller weight dtype" }
         );
     }
-    let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / (kv_per_token + mask_per_token)) as u64 } else { u64::MAX / 4 };
+    let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / kv_pool_bytes_per_token_per_gpu(model, dep, max_num_batched_tokens, attention)) as u64 } else { u64::MAX / 4 };
     if kv_capacity_tokens == 0 {
         bail!(
-            "{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token ({:.0} KV + {:.0} attention masks over the cache)",
-            model.name, gib(budget), kv_per_token + mask_per_token, kv_per_token, mask_per_token
+            "{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token ({:.0} KV + {:.0} attention masks over the cache + {:.0} the copy a full-cache step gathers)",
+            model.name, gib(budget), kv_per_token + mask_per_token + copy_per_token, kv_per_token, mask_per_token, copy_per_token
         );
     }
     Ok(MemoryPlan {
@@ -204,6 +241,7 @@ pub fn plan(
         attention_scratch_bytes_per_gpu: scratch,
         kv_bytes_per_token_per_gpu: kv_per_token,
         mask_bytes_per_kv_token_per_gpu: mask_per_token,
+        kv_copy_bytes_per_kv_token_per_gpu: copy_per_token,
         state_bytes_per_seq_per_gpu: state,
         kv_budget_bytes_per_gpu: budget,
         kv_capacity_tokens,
@@ -229,40 +267,24 @@ mod tests {
     }
 
     #[test]
-    fn transformers_cache_footprint_matches_its_memory_check() {
-        // transformers 5.17 refused Gemma-3-27B cut to 12 layers on an H100 with 2,304 pages of
-        // 256 tokens and 8,192 batch tokens: "Memory footprint 37968936960"
-        // (calibration/traces/h100_sxm_eager46/failed-gemma-3-27b-it-L12.jsonl). Its KV pages,
-        // masks over the cache, logits peak and the step's own mask, as the plan counts them,
-        // leave out only its index tensors (~30 MB).
-        let m = ModelConfig::load("calibration/traces/h200_sxm_eager_layers11/gemma-3-27b-it-L12/config.json").unwrap();
-        let dep = Deployment::default();
-        let packed = EngineBuffers::PackedSdpa { kv_pad_tokens: None };
-        let (pages, block, batch) = (2304.0, 256.0, 8192);
-        let kv_tokens = pages * block / 6.0; // six KV groups (one full, five sliding) of two layers
-        let footprint = kv_tokens * (kv_bytes_per_token_per_gpu(&m, &dep) + packed.mask_bytes_per_kv_token(&m, batch))
-            + packed.activation_floor_bytes(&m, batch)
-            - RUNTIME_RESERVE_BYTES
-            + packed.bytes_per_gpu(&m, &dep, batch);
-        let measured = 37_968_936_960.0;
-        assert!(footprint < measured && footprint > measured - 40e6, "{footprint}");
-        // Engines with paged kernels allocate neither.
-        assert_eq!(EngineBuffers::Paged.mask_bytes_per_kv_token(&m, batch), 0.0);
-        assert_eq!(EngineBuffers::Paged.activation_floor_bytes(&m, batch), 0.0);
-    }
-
-    #[test]
-    fn transformers_masks_shrink_the_kv_the_memory_holds() {
+    fn transformers_masks_and_kv_copy_shrink_the_kv_the_memory_holds() {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
         let dep = Deployment::default();
         let paged = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::Paged).unwrap();
         let packed = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::PackedSdpa { kv_pad_tokens: None }).unwrap();
-        // One mask type of 8,192 bf16 rows per cache token, on top of 131,072 KV bytes.
+        // One mask type of 8,192 bf16 rows per cache token, and a second copy of the K and V a
+        // full-cache step gathers, on top of 131,072 KV bytes.
         assert_eq!(packed.mask_bytes_per_kv_token_per_gpu, 8192.0 * 2.0);
-        let per_token = packed.kv_bytes_per_token_per_gpu + packed.mask_bytes_per_kv_token_per_gpu;
-        assert_eq!(packed.kv_capacity_tokens, (packed.kv_budget_bytes_per_gpu / per_token) as u64);
-        assert!(packed.kv_capacity_tokens < paged.kv_capacity_tokens * 9 / 10, "{} vs {}", packed.kv_capacity_tokens, paged.kv_capacity_tokens);
+        assert_eq!(packed.kv_copy_bytes_per_kv_token_per_gpu, 131072.0);
+        assert_eq!((paged.mask_bytes_per_kv_token_per_gpu, paged.kv_copy_bytes_per_kv_token_per_gpu), (0.0, 0.0));
+        // The pool costs (2 x 131,072 + 16,384) / 131,072 = 2.125 times the KV per token: about
+        // half the tokens of a paged engine fit.
+        let ratio = paged.kv_capacity_tokens as f64 / packed.kv_capacity_tokens as f64;
+        assert!(ratio > 2.0 && ratio < 2.3, "{} vs {}", paged.kv_capacity_tokens, packed.kv_capacity_tokens);
+        // bf16 logits of 8,192 tokens (1.96 GiB) outweigh the residual-stream workspace.
+        assert!(packed.activation_bytes_per_gpu > 8192.0 * 128256.0 * 2.0 + RUNTIME_RESERVE_BYTES - 1.0);
+        assert!(packed.activation_bytes_per_gpu > paged.activation_bytes_per_gpu);
     }
 
     #[test]
