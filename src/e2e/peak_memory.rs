@@ -6,7 +6,6 @@
 //! `generate` batches are left out: those batches, not the engine, may set their peak.
 
 use crate::deployment::Deployment;
-use crate::hardware::load_gpu;
 use crate::kernels::memory::{self, EngineBuffers, RUNTIME_RESERVE_BYTES};
 use crate::model::ModelConfig;
 use crate::schema::Dtype;
@@ -67,7 +66,10 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
             if engine != "hf" || v.get("static_s").is_some() || folder.join("static.jsonl").is_file() || v.get("status").and_then(Value::as_str) != Some("ok") {
                 continue;
             }
-            let Some(peak_gib) = v.get("max_memory_gib").and_then(Value::as_f64) else { continue };
+            let peak_gib = match v.get("max_memory_gib") {
+                None | Some(Value::Null) => continue,
+                Some(x) => x.as_f64().filter(|g| *g > 0.0 && g.is_finite()).with_context(|| format!("{}: field 'max_memory_gib' must be a positive number of GiB, got {x}", path.display()))?,
+            };
             let runs = runs_with_cache(&folder.join("runs.jsonl"))?;
             let Some(run) = runs.first() else { continue };
             let label = folder.file_name().unwrap_or_default().to_string_lossy().to_string();
@@ -101,7 +103,6 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
             let model = ModelConfig::from_hf_json(&cfg, &label, &cfg_path.display().to_string())?;
             let dep = Deployment { tp, ..Deployment::default() };
             dep.check_split(&model)?;
-            load_gpu(&gpu_id)?;
             let buffers = EngineBuffers::PackedSdpa { kv_pad_tokens: kv_pad };
             // The pool's pages hold one KV group each; a plan's KV token spans every group.
             let [full, sliding, _] = model.kv_cache_groups_by_kind();
