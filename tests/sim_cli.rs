@@ -224,6 +224,8 @@ fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
     let mem = &r.json()["memory"];
     assert_eq!(mem["attention_scratch_bytes_per_gpu"].as_f64(), Some((2.0 + 3.4 * 64.0) * 8192.0 * 16384.0 * 2.0));
     assert_eq!(mem["mask_bytes_per_kv_token_per_gpu"].as_f64(), Some(2.0 * 8192.0 * 2.0 * 2.0));
+    // A full-cache step gathers a second copy of the pool's K and V.
+    assert_eq!(mem["kv_copy_bytes_per_kv_token_per_gpu"].as_f64(), mem["kv_bytes_per_token_per_gpu"].as_f64());
     assert!(mem["activation_bytes_per_gpu"].as_f64().unwrap() > mem["attention_scratch_bytes_per_gpu"].as_f64().unwrap());
     // The same model under vLLM (paged kernels, no materialised scores) fits the H100.
     let r = sim(&["--model", "gpt-oss-20b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"]);
