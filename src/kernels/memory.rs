@@ -83,9 +83,9 @@ pub fn activation_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_token
 }
 
 /// The buffers an engine allocates besides weights, KV pages and `activation_bytes_per_gpu`,
-/// by how it runs attention: the step's attention scratch (`bytes_per_gpu`), static tensors that
-/// grow with the KV pool (`mask_bytes_per_kv_token`) and a floor under the step's activations
-/// (`activation_floor_bytes`).
+/// by how it runs attention: the step's attention scratch (`bytes_per_gpu`), bytes that grow
+/// with the KV pool (`mask_bytes_per_kv_token`, `kv_copy_bytes_per_kv_token`) and a floor under
+/// the step's activations (`activation_floor_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum EngineBuffers {
     /// Paged/varlen kernels that never materialise scores or masks (vLLM, SGLang, TRT-LLM).
@@ -93,7 +93,7 @@ pub enum EngineBuffers {
     Paged,
     /// transformers' continuous batching with packed attention (`AttentionImpl::PackedSdpa`):
     /// dense bf16 masks of queries x keys per attention type, allocated once over the whole
-    /// cache, and its logits floor; a model with sinks runs the eager math path, which
+    /// cache, the KV copy a full-cache step gathers, and its logits floor; a model with sinks runs the eager math path, which
     /// materialises bf16 scores of heads x queries x keys several times over. `kv_pad_tokens`:
     /// CUDA graphs pad the keys read to a multiple of it.
     PackedSdpa { kv_pad_tokens: Option<u64> },
