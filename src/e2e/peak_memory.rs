@@ -225,4 +225,27 @@ mod tests {
         assert!(report.failed.iter().any(|f| f.ends_with("gpt-oss-20b")), "{:?}", report.failed);
         assert!(report.rows.iter().all(|r| !r.run.ends_with("gpt-oss-20b")));
     }
+
+    #[test]
+    fn a_peak_that_cannot_be_right_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("h200_sxm_bad");
+        let model = root.join("llama-3.2-1b");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::write(root.join("env-x.json"), r#"{"gpu": "NVIDIA H200"}"#).unwrap();
+        std::fs::copy("models/llama-3.2-1b.json", model.join("config.json")).unwrap();
+        std::fs::write(
+            model.join("runs.jsonl"),
+            r#"{"status": "ok", "cache": {"num_blocks": 384, "block_size": 256, "max_batch_tokens": 8192}, "engine_requested": {"tp": 1}}"#,
+        )
+        .unwrap();
+        std::fs::write(model.join("model.json"), r#"{"status": "ok", "max_memory_gib": -3.0}"#).unwrap();
+        let e = format!("{:#}", validate(&[&root]).unwrap_err());
+        assert!(e.contains("model.json") && e.contains("max_memory_gib"), "{e}");
+        // A plausible peak gives one held-out eager row.
+        std::fs::write(model.join("model.json"), r#"{"status": "ok", "max_memory_gib": 12.0}"#).unwrap();
+        let report = validate(&[&root]).unwrap();
+        assert_eq!(report.rows.len(), 1);
+        assert_eq!((report.rows[0].split, report.rows[0].cuda_graphs), ("held-out", false));
+    }
 }
