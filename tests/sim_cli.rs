@@ -218,6 +218,9 @@ fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
     assert!(e.contains("does not fit on h100_sxm") && e.contains("attention scores"), "{e}");
     let r = sim(&[&gptoss[..], &["--gpu", "h200_sxm"]].concat());
     assert_eq!(r.summary.completed, 5);
+    // What the plan does not follow is said beside it: each captured shape's scores stay in
+    // the graph pools (calibration/traces/h100_sxm_memory47b).
+    assert!(r.scenario.setup.iter().any(|l| l.starts_with("note: memory:") && l.contains("private pools")), "{:?}", r.scenario.setup);
     // --json reports the plan: 3.4 score tensors of 64 heads x 8,192 x 16,384 plus two masks,
     // and the masks over the cache (two types of 8,192 bf16 rows per page slot of each of the
     // two KV groups).
@@ -230,6 +233,7 @@ fn memory_the_engine_would_run_out_of_is_an_error_with_the_numbers() {
     // The same model under vLLM (paged kernels, no materialised scores) fits the H100.
     let r = sim(&["--model", "gpt-oss-20b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"]);
     assert_eq!(r.summary.completed, 5);
+    assert!(!r.scenario.setup.iter().any(|l| l.starts_with("note: memory:")), "{:?}", r.scenario.setup);
 }
 
 /// Step time of one fresh `tokens`-token prefill in the scenario `args` sets up.

@@ -265,6 +265,9 @@ impl SimulateArgs {
         if let Some(n) = note {
             setup.push(format!("note: {n}"));
         }
+        if let Some(c) = cfg.engine.buffers().caveat(&model) {
+            setup.push(format!("note: memory: {c}"));
+        }
         Ok(Scenario { model, gpu, dep, cfg, workload, predictor, tier, setup, memory: plan })
     }
 }

@@ -131,6 +131,19 @@ impl EngineBuffers {
         mask_types(model) * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
     }
 
+    /// What this plan does not follow for `model` on this engine, said next to its figures:
+    /// transformers' CUDA graphs keep each captured shape's eager sink-attention scores in the
+    /// graph's private pool, so pools grow with every new padded shape (measured:
+    /// `calibration/traces/h100_sxm_memory47b/`).
+    pub fn caveat(&self, model: &ModelConfig) -> Option<String> {
+        match *self {
+            EngineBuffers::PackedSdpa { kv_pad_tokens: Some(_) } if model.attention_sinks => Some(
+                "CUDA graphs keep each padded shape's attention-score tensors in their private pools: gpt-oss-20b cut to 2 layers held 50 GiB of pools after two shapes at a 4,096-token budget and ran out of memory on an 80 GB H100 (calibration/traces/h100_sxm_memory47b); the memory plan counts one shape's scores, so a deployment it fits can run out of memory as new shapes are captured".into(),
+            ),
+            _ => None,
+        }
+    }
+
     /// The keys and values a step gathers from the pool, per KV token: transformers' paged
     /// attention reads each layer's pages into contiguous tensors, and at the peak (its warm-up
     /// step, whose keys are every page) a second pool's worth of K and V is allocated: measured
