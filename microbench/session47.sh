@@ -11,8 +11,10 @@ set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
 mkdir -p "$OUT/s47"
-if [[ "$gpu" == *H200* ]]; then
-  OWED_SKIP=static_moe OWED_BUDGET_S=${S47_BUDGET_S:-560} OUT="$OUT/s47" bash microbench/owed_measurements.sh
+if [[ "$gpu" != *H200* && "${S47_H200_ONLY:-0}" == 1 ]]; then
+  echo "not an H200: nothing to run (S47_H200_ONLY)"
+elif [[ "$gpu" == *H200* ]]; then
+  OWED_SKIP=${OWED_SKIP:-static_moe} OWED_BUDGET_S=${S47_BUDGET_S:-560} OUT="$OUT/s47" bash microbench/owed_measurements.sh
 else
   nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/s47/smi_q.txt" 2>&1
   (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/s47/cpu.txt"
