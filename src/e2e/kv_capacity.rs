@@ -5,7 +5,7 @@
 use crate::deployment::Deployment;
 use crate::hardware::load_gpu;
 use crate::kernels::memory;
-use crate::model::ModelConfig;
+use super::model_folders::{model_folders, FolderGpu};
 use crate::sim::kv::KvLayout;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -30,14 +30,9 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
     let mut seen = std::collections::BTreeSet::new();
     for dir in dirs {
         let dir = dir.as_ref();
-        let mut folders: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?.flatten().map(|e| e.path()).collect();
-        folders.sort();
-        // The folder's GPU, read once, and only where a vLLM model needs it.
-        let mut folder_gpu: Option<String> = None;
-        for folder in folders.into_iter().filter(|f| f.join("model.json").is_file()) {
-            let path = folder.join("model.json");
-            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            let v: Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let mut gpu = FolderGpu::new(dir);
+        for folder in model_folders(dir)? {
+            let (v, path) = (&folder.model_json, &folder.model_json_path);
             if v.get("engine").and_then(Value::as_str) != Some("vllm") {
                 continue;
             }
@@ -49,24 +44,18 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<Vec<KvCapacityRow>> {
             };
             let util = kwargs.get("gpu_memory_utilization").and_then(Value::as_f64).unwrap_or(0.9);
             let (block_size, max_batched, tp) = (num("block_size")?, num("max_num_batched_tokens")?, num("tensor_parallel_size").unwrap_or(1));
-            let gpu_id = match &folder_gpu {
-                Some(g) => g.clone(),
-                None => folder_gpu.insert(super::traces::folder_gpu(dir)?).clone(),
-            };
-            let label = folder.file_name().unwrap_or_default().to_string_lossy().to_string();
-            if !seen.insert((label.clone(), gpu_id.clone(), measured, block_size, max_batched, tp, util.to_bits())) {
+            let gpu_id = gpu.id()?;
+            if !seen.insert((folder.label.clone(), gpu_id.clone(), measured, block_size, max_batched, tp, util.to_bits())) {
                 continue;
             }
-            let cfg_path = folder.join("config.json");
-            let cfg = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
-            let model = ModelConfig::from_hf_json(&cfg, &label, &cfg_path.display().to_string())?;
-            let gpu = load_gpu(&gpu_id)?;
+            let model = folder.config()?;
+            let gpu_spec = load_gpu(&gpu_id)?;
             let dep = Deployment { tp, ..Deployment::default() };
-            let plan = memory::plan(&model, &gpu, &dep, util, max_batched, memory::EngineBuffers::Paged)
+            let plan = memory::plan(&model, &gpu_spec, &dep, util, max_batched, memory::EngineBuffers::Paged)
                 .with_context(|| format!("{}: memory plan", path.display()))?;
             let predicted = KvLayout::of(&model, block_size as u32).pool_pages(plan.kv_capacity_tokens, block_size as u32) as u64;
             rows.push(KvCapacityRow {
-                run: format!("{}/{label}", dir.file_name().unwrap_or_default().to_string_lossy()),
+                run: folder.run.clone(),
                 gpu: gpu_id,
                 gpu_memory_utilization: util,
                 measured_blocks: measured,

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod kv_capacity;
 pub mod load_sweep;
+pub mod model_folders;
 pub mod peak_memory;
 pub mod silicon;
 pub mod static_steps;

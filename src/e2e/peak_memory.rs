@@ -7,6 +7,7 @@
 
 use crate::deployment::Deployment;
 use crate::kernels::memory::{self, EngineBuffers, RUNTIME_RESERVE_BYTES};
+use super::model_folders::{model_folders, FolderGpu};
 use crate::model::ModelConfig;
 use crate::schema::Dtype;
 use anyhow::{Context, Result};
@@ -55,30 +56,24 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
     let mut seen = std::collections::BTreeSet::new();
     for dir in dirs {
         let dir = dir.as_ref();
-        let mut folders: Vec<_> = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?.flatten().map(|e| e.path()).collect();
-        folders.sort();
-        let mut folder_gpu: Option<String> = None;
-        for folder in folders.into_iter().filter(|f| f.join("model.json").is_file() && f.join("runs.jsonl").is_file()) {
-            let path = folder.join("model.json");
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?)
-                .with_context(|| format!("parsing {}", path.display()))?;
+        let mut gpu = FolderGpu::new(dir);
+        for folder in model_folders(dir)?.into_iter().filter(|f| f.path.join("runs.jsonl").is_file()) {
+            let (v, path) = (&folder.model_json, &folder.model_json_path);
             let engine = v.get("engine").and_then(Value::as_str).unwrap_or("hf");
-            if engine != "hf" || v.get("static_s").is_some() || folder.join("static.jsonl").is_file() || v.get("status").and_then(Value::as_str) != Some("ok") {
+            if engine != "hf" || v.get("static_s").is_some() || folder.path.join("static.jsonl").is_file() || v.get("status").and_then(Value::as_str) != Some("ok") {
                 continue;
             }
             let peak_gib = match v.get("max_memory_gib") {
                 None | Some(Value::Null) => continue,
                 Some(x) => x.as_f64().filter(|g| *g > 0.0 && g.is_finite()).with_context(|| format!("{}: field 'max_memory_gib' must be a positive number of GiB, got {x}", path.display()))?,
             };
-            let runs = runs_with_cache(&folder.join("runs.jsonl"))?;
+            let runs = runs_with_cache(&folder.path.join("runs.jsonl"))?;
             let Some(run) = runs.first() else { continue };
-            let label = folder.file_name().unwrap_or_default().to_string_lossy().to_string();
-            let run_label = format!("{}/{label}", dir.file_name().unwrap_or_default().to_string_lossy());
             if runs.iter().any(|r| r.get("status").and_then(Value::as_str) == Some("failed")) {
-                failed.push(run_label);
+                failed.push(folder.run.clone());
                 continue;
             }
-            let origin = folder.join("runs.jsonl").display().to_string();
+            let origin = folder.path.join("runs.jsonl").display().to_string();
             let cache = &run["cache"];
             let field = |v: &Value, name: &str| -> Result<u64> {
                 v.get(name).and_then(Value::as_u64).filter(|&n| n > 0).with_context(|| format!("{origin}: field '{name}' must be a positive integer"))
@@ -89,24 +84,17 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
             let graph_run = runs.iter().find(|r| super::traces::uses_cuda_graphs(r.pointer("/engine_resolved/use_cuda_graph")));
             let graphs = graph_run.is_some();
             let kv_pad = graph_run.and_then(|r| r.pointer("/engine_resolved/kv_padding_interval_size")).and_then(Value::as_u64);
-            let gpu_id = match &folder_gpu {
-                Some(g) => g.clone(),
-                None => folder_gpu.insert(super::traces::folder_gpu(dir)?).clone(),
-            };
+            let gpu_id = gpu.id()?;
             // The allocator is deterministic: a plan rerun on another GPU peaks at the same byte
             // (the H100 eager calls against the H200's), so such a repeat counts once.
-            if !seen.insert((label.clone(), pages, block, max_tokens, tp, graphs, peak_gib.to_bits())) {
+            if !seen.insert((folder.label.clone(), pages, block, max_tokens, tp, graphs, peak_gib.to_bits())) {
                 continue;
             }
-            let cfg_path = folder.join("config.json");
-            let cfg = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
-            let model = ModelConfig::from_hf_json(&cfg, &label, &cfg_path.display().to_string())?;
+            let model = folder.config()?;
             let dep = Deployment { tp, ..Deployment::default() };
             dep.check_split(&model)?;
             let buffers = EngineBuffers::PackedSdpa { kv_pad_tokens: kv_pad };
-            // The pool's pages hold one KV group each; a plan's KV token spans every group.
-            let [full, sliding, _] = model.kv_cache_groups_by_kind();
-            let kv_tokens = (pages * block) as f64 / (full + sliding).max(1) as f64;
+            let kv_tokens = plan_kv_tokens(&model, pages * block);
             let weights = memory::weight_bytes_per_gpu(&model, &dep);
             let predicted = weights + kv_tokens * memory::kv_pool_bytes_per_token_per_gpu(&model, &dep, max_tokens, buffers)
                 + memory::step_peak_bytes_per_gpu(&model, &dep, max_tokens, buffers)
@@ -114,7 +102,7 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
             let check = weights + transformers_check_bytes(&model, &dep, pages * block, max_tokens);
             let measured = peak_gib * GIB;
             rows.push(PeakMemoryRow {
-                run: run_label,
+                run: folder.run.clone(),
                 gpu: gpu_id,
                 cuda_graphs: graphs,
                 split: if model.attention_sinks || TERMS_READ_FROM.iter().any(|f| dir.ends_with(f)) { "calibration" } else { "held-out" },
@@ -143,15 +131,21 @@ fn runs_with_cache(path: &Path) -> Result<Vec<Value>> {
     Ok(runs)
 }
 
+/// The memory plan's KV tokens (each spanning every layer) in `cache_tokens` page slots of
+/// transformers' pool, whose pages hold one KV group's layers each.
+fn plan_kv_tokens(model: &ModelConfig, cache_tokens: u64) -> f64 {
+    let [full, sliding, _] = model.kv_cache_groups_by_kind();
+    cache_tokens as f64 / (full + sliding).max(1) as f64
+}
+
 /// transformers 5.17's memory check for its paged cache (`PagedAttentionMemoryHandler`): K and V
 /// of `cache_tokens` page slots (each slot one group's layers), a dense bf16 mask of
 /// max_batch_tokens x (cache tokens + max_batch_tokens) per mask type, and (2 x vocab + hidden)
 /// bf16 values of activations per batch token. It reproduces the 37,968,936,960-byte refusal of
 /// `calibration/traces/h100_sxm_eager46/` within its ~30 MB of index tensors.
 pub fn transformers_check_bytes(model: &ModelConfig, dep: &Deployment, cache_tokens: u64, max_tokens: u64) -> f64 {
-    let [full, sliding, _] = model.kv_cache_groups_by_kind();
-    let kv_tokens = cache_tokens as f64 / (full + sliding).max(1) as f64;
-    let mask_types = if sliding > 0 { 2.0 } else { 1.0 };
+    let kv_tokens = plan_kv_tokens(model, cache_tokens);
+    let mask_types = if model.kv_cache_groups_by_kind()[1] > 0 { 2.0 } else { 1.0 };
     let (n, m, bf16) = (cache_tokens as f64, max_tokens as f64, Dtype::Bf16.bytes());
     kv_tokens * memory::kv_bytes_per_token_per_gpu(model, dep)
         + mask_types * m * (n + m) * bf16
