@@ -272,7 +272,8 @@ def make_prompts(rows, vocab, seed):
 
 def make_run_id(model_name, run):
     return (f"{model_name}/{run['workload']}" + (f"/closed{run['clients']}" if run.get("clients") else "")
-            + ("/cudagraph" if run.get("cuda_graph") else "") + (f"/first{run['limit']}" if run.get("limit") else ""))
+            + ("/cudagraph" if run.get("cuda_graph") else "") + (f"/first{run['limit']}" if run.get("limit") else "")
+            + "".join(f"/{k}{v}" for k, v in sorted(run.get("engine", {}).items())))
 
 
 def num_layer_groups(cfg):
@@ -369,6 +370,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
     cuda_graph = bool(run.get("cuda_graph", False))
     run_id = make_run_id(model_name, run)
     prompts = make_prompts(rows, cfg.vocab_size, seed=zlib.crc32(wl.encode()))
+    engine = {**engine, **run.get("engine", {})}  # a run may resize the cache or the token budget
     cbc, gen, settings = cb_configs(cfg, rows, run, engine)
     rec = {"run_id": run_id, "model": model_name, "workload": wl, "num_requests": len(rows),
            "prefix_tokens_max": max(r["prefix_tokens"] for r in rows), "cuda_graph_requested": cuda_graph, "recorded": record,
