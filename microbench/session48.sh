@@ -17,7 +17,7 @@ else
   nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/s48/smi_q.txt" 2>&1
   (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/s48/cpu.txt"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s48/probe_0.json" > /dev/null 2>&1
-  PYTHONUNBUFFERED=1 timeout 280 python3 microbench/e2e/harness.py --plan memory48 --out "$OUT/s48/mem" > "$OUT/s48/mem.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout 290 python3 microbench/e2e/harness.py --plan memory48 --out "$OUT/s48/mem" > "$OUT/s48/mem.log" 2>&1
   echo "memory48 rc=$?"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s48/probe_1.json" > /dev/null 2>&1
   tail -5 "$OUT/s48/mem.log"

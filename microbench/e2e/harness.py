@@ -140,13 +140,20 @@ def mem_gib(peak=False):
 
 
 def run_memory_start():
-    """Starts a run's own peak: the model's peak so far is kept in MODEL_PEAK_BYTES."""
+    """Starts a run's own peak: the model's peak so far is kept in MODEL_PEAK_BYTES. The previous
+    run's batch processor sits in a reference cycle (its patched methods close over it), so its
+    KV cache outlives the run until a full collection: collect first, or this run's peak holds two
+    caches (harnesses before session 48 did not; `allocated_uncollected_bytes` says what was left)."""
     import torch
     if not torch.cuda.is_available():
         return None
     MODEL_PEAK_BYTES[0] = max(MODEL_PEAK_BYTES[0], torch.cuda.max_memory_allocated())
+    uncollected = torch.cuda.memory_allocated()
+    gc.collect()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    return {"allocated_before_bytes": torch.cuda.memory_allocated(), "reserved_before_bytes": torch.cuda.memory_reserved()}
+    return {"allocated_uncollected_bytes": uncollected, "allocated_before_bytes": torch.cuda.memory_allocated(),
+            "reserved_before_bytes": torch.cuda.memory_reserved(), "collected_before_run": True}
 
 
 def run_memory_end(mem):
@@ -388,6 +395,9 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         t_w = time.perf_counter()
         manager.warmup()  # creates the cache and batch processor; captures CUDA graphs if enabled
         rec["warmup_s"] = r6(time.perf_counter() - t_w)
+        if mem is not None:  # the cache and masks stay allocated; the warm-up's peak is its budget-filling step
+            mem.update(allocated_after_warmup_bytes=torch.cuda.memory_allocated(),
+                       warmup_peak_allocated_bytes=torch.cuda.max_memory_allocated())
         bp = manager.batch_processor
         keep_history_across_soft_resets()
         SOFT_RESETS.clear()
