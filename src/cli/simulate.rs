@@ -241,12 +241,8 @@ impl SimulateArgs {
                 gib(plan.weight_bytes_per_gpu),
                 gib(plan.activation_bytes_per_gpu),
                 gib(kv_tokens as f64 * plan.kv_bytes_per_token_per_gpu),
-                if plan.mask_bytes_per_kv_token_per_gpu > 0.0 || plan.kv_copy_bytes_per_kv_token_per_gpu > 0.0 {
-                    format!(
-                        ", attention masks over the cache {:.1} GiB, the KV a full-cache step gathers {:.1} GiB",
-                        gib(kv_tokens as f64 * plan.mask_bytes_per_kv_token_per_gpu),
-                        gib(kv_tokens as f64 * plan.kv_copy_bytes_per_kv_token_per_gpu)
-                    )
+                if plan.mask_bytes_per_kv_token_per_gpu > 0.0 {
+                    format!(", attention masks over the cache {:.1} GiB", gib(kv_tokens as f64 * plan.mask_bytes_per_kv_token_per_gpu))
                 } else {
                     String::new()
                 },

@@ -16,17 +16,16 @@ pub const RUNTIME_RESERVE_BYTES: f64 = 1.5 * 1024.0 * 1024.0 * 1024.0;
 pub struct MemoryPlan {
     pub capacity_bytes_per_gpu: f64,
     pub weight_bytes_per_gpu: f64,
-    /// Peak step workspace, `attention_scratch_bytes_per_gpu` included.
+    /// Peak step workspace, `step_attention_bytes_per_gpu` included.
     pub activation_bytes_per_gpu: f64,
-    /// Attention buffers the engine materialises (`EngineBuffers`).
-    pub attention_scratch_bytes_per_gpu: f64,
+    /// Attention masks and scores the engine materialises for a budget-filling step
+    /// (`EngineBuffers::bytes_per_gpu`).
+    pub step_attention_bytes_per_gpu: f64,
     pub kv_bytes_per_token_per_gpu: f64,
     /// Memory that grows with the KV cache besides the KV itself, per KV token: transformers'
-    /// static attention masks span every page of the pool (`EngineBuffers::mask_bytes_per_kv_token`).
+    /// static attention masks span every page of the pool, and with CUDA graphs its warm-up step
+    /// holds more mask-sized tensors (`EngineBuffers::mask_bytes_per_kv_token`).
     pub mask_bytes_per_kv_token_per_gpu: f64,
-    /// The K and V a step gathers from the pool, per KV token, at the engine's peak (a step that
-    /// reads every page): `EngineBuffers::kv_copy_bytes_per_kv_token`.
-    pub kv_copy_bytes_per_kv_token_per_gpu: f64,
     /// Fixed recurrent state per sequence (linear-attention layers), per GPU.
     pub state_bytes_per_seq_per_gpu: f64,
     pub kv_budget_bytes_per_gpu: f64,
@@ -35,9 +34,9 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     /// What each KV token of the pool costs per GPU: K and V, plus what the engine allocates in
-    /// proportion to the pool (masks over the cache, the gathered copy).
+    /// proportion to the pool (masks over the cache).
     pub fn pool_bytes_per_kv_token_per_gpu(&self) -> f64 {
-        self.kv_bytes_per_token_per_gpu + self.mask_bytes_per_kv_token_per_gpu + self.kv_copy_bytes_per_kv_token_per_gpu
+        self.kv_bytes_per_token_per_gpu + self.mask_bytes_per_kv_token_per_gpu
     }
 }
 
@@ -83,9 +82,8 @@ pub fn activation_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_token
 }
 
 /// The buffers an engine allocates besides weights, KV pages and `activation_bytes_per_gpu`,
-/// by how it runs attention: the step's attention scratch (`bytes_per_gpu`), bytes that grow
-/// with the KV pool (`mask_bytes_per_kv_token`, `kv_copy_bytes_per_kv_token`) and a floor under
-/// the step's activations (`activation_floor_bytes`).
+/// by how it runs attention: the step's attention scratch (`bytes_per_gpu`) and bytes that grow
+/// with the KV pool (`mask_bytes_per_kv_token`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum EngineBuffers {
     /// Paged/varlen kernels that never materialise scores or masks (vLLM, SGLang, TRT-LLM).
@@ -93,23 +91,37 @@ pub enum EngineBuffers {
     Paged,
     /// transformers' continuous batching with packed attention (`AttentionImpl::PackedSdpa`):
     /// dense bf16 masks of queries x keys per attention type, allocated once over the whole
-    /// cache, the KV copy a full-cache step gathers, and its logits floor; a model with sinks runs the eager math path, which
-    /// materialises bf16 scores of heads x queries x keys several times over. `kv_pad_tokens`:
-    /// CUDA graphs pad the keys read to a multiple of it.
+    /// cache; a model with sinks runs the eager math path, which materialises bf16 scores of
+    /// heads x queries x keys several times over. `kv_pad_tokens`: CUDA graphs pad the keys read
+    /// to a multiple of it.
     PackedSdpa { kv_pad_tokens: Option<u64> },
 }
 
-/// Score-sized tensors alive at the peak of gpt-oss's eager sink attention (scores, masked
-/// scores, sink concat, max-shifted logits, softmax), read off the allocator peaks of gpt-oss runs
-/// (`calibration/traces/*/gpt-oss-*/model.json`, steps of 8,192 fresh tokens, 768 pages of 256
-/// tokens) less everything else the plan counts (weights, the KV pool twice, the masks over the
-/// cache 6.0 GiB, the step's masks 0.5 / 0.25 GiB, bf16 logits 3.1 GiB): with CUDA graphs
-/// gpt-oss-20b (H200, 112.4 GiB) and gpt-oss-120b-L4 (92.3) leave 3.43 and 3.44 tensors of
-/// 16 GiB (keys padded to 16,384), the graph pool keeping freed buffers; eager gpt-oss-20b and
-/// gpt-oss-20b-L2 (61.2, 19.2) leave 0.49 of 8 GiB each. (Session 46's accounting, without the
-/// KV copy and with fp32 logits, read 3.4 and 1.9.)
-const SINK_SCORE_TENSORS_GRAPHS: f64 = 3.4;
-const SINK_SCORE_TENSORS_EAGER: f64 = 0.5;
+/// Mask-sized bf16 tensors (budget x every cache slot) that transformers' CUDA-graph warm-up
+/// step holds beyond the static masks: it captures a budget-filling step whose queries read the
+/// whole cache. Fitted on the allocator peaks of llama-3.2-3b over six budget x pool points
+/// (1.46, `calibration/traces/h100_sxm_memory48/`, per-run records with the previous run's cache
+/// collected); qwen2.5-7b reads 1.19 and mistral-7b-v0.1-L16 0.88, and single points scatter
+/// by up to 0.6 GiB around the law (`validate e2e`'s peak-memory table).
+pub const GRAPH_WARMUP_MASK_COPIES: f64 = 1.46;
+
+/// Score-sized tensors alive at the peak of gpt-oss's sink attention (scores, masked scores,
+/// sink concat, max-shifted logits, softmax) with CUDA graphs, read off the allocator peak of
+/// gpt-oss-20b on the H200 (`calibration/traces/h200_sxm_cudagraph/gpt-oss-20b`, 112.4 GiB,
+/// steps of 8,192 tokens, 768 pages of 256 tokens, keys padded to 16,384) less everything else
+/// the plan counts: weights 39.0 GiB, the KV pool and its masks twice (10.5 GiB each: that
+/// harness held the previous run's cache at each peak), the graph warm-up's mask copies 4.4, the
+/// step's masks 0.5 and activations 0.8 GiB, leaving 2.9 tensors of 16 GiB, the graph pool
+/// keeping freed buffers (read as 3.4 in session 46-47, whose accounting counted a KV copy and
+/// the full logits instead of the held cache). No eager run met a budget-filling step (eager
+/// steps stop at the workload's prompts), so the eager count is the graph count, a bound.
+pub const SINK_SCORE_TENSORS_GRAPHS: f64 = 2.9;
+pub const SINK_SCORE_TENSORS_EAGER: f64 = SINK_SCORE_TENSORS_GRAPHS;
+
+/// `folder/model` of the traces the transformers terms above were read from (besides the sink
+/// models, calibration by construction): their rows are calibration rows in `validate e2e`'s
+/// peak-memory table.
+pub const TRANSFORMERS_TERMS_READ_FROM: [&str; 1] = ["h100_sxm_memory48/llama-3.2-3b"];
 
 impl EngineBuffers {
     pub fn of(attention: AttentionImpl, kv_pad_tokens: Option<u64>) -> EngineBuffers {
@@ -122,13 +134,15 @@ impl EngineBuffers {
     /// transformers' continuous batching allocates its attention masks once, as static bf16
     /// tensors of max_batch_tokens x (cache tokens + max_batch_tokens) per mask type, where the
     /// cache tokens are every page of the pool (`PagedAttentionMemoryHandler`, transformers 5.17:
-    /// its N·M term; the M² part is in `bytes_per_gpu`). Bytes per KV token, i.e. per page slot
-    /// in each KV group. Its memory check reproduces to the byte with this term
-    /// (`calibration/traces/h100_sxm_eager46/README.md`).
+    /// its N·M term; the M² part is in `bytes_per_gpu`); with CUDA graphs its warm-up step adds
+    /// `GRAPH_WARMUP_MASK_COPIES` more. Bytes per KV token, i.e. per page slot in each KV group.
+    /// The static masks match the allocation after warm-up within 0.2 GiB on every
+    /// `h100_sxm_memory48` run.
     pub fn mask_bytes_per_kv_token(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
-        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
+        let EngineBuffers::PackedSdpa { kv_pad_tokens } = *self else { return 0.0 };
         let [full, sliding, _] = model.kv_cache_groups_by_kind();
-        mask_types(model) * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
+        let copies = mask_types(model) + if kv_pad_tokens.is_some() { GRAPH_WARMUP_MASK_COPIES } else { 0.0 };
+        copies * max_tokens as f64 * Dtype::Bf16.bytes() * (full + sliding).max(1) as f64
     }
 
     /// What this plan does not follow for `model` on this engine, said next to its figures:
@@ -142,26 +156,6 @@ impl EngineBuffers {
             ),
             _ => None,
         }
-    }
-
-    /// The keys and values a step gathers from the pool, per KV token: transformers' paged
-    /// attention reads each layer's pages into contiguous tensors, and at the peak (its warm-up
-    /// step, whose keys are every page) a second pool's worth of K and V is allocated: measured
-    /// peaks sit at weights + 2 x KV pool + masks + logits (`calibration/traces/h100_sxm_memory47/
-    /// README.md`; `validate e2e`'s peak-memory table). 0 for paged kernels.
-    pub fn kv_copy_bytes_per_kv_token(&self, model: &ModelConfig, dep: &Deployment) -> f64 {
-        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
-        kv_bytes_per_token_per_gpu(model, dep)
-    }
-
-    /// transformers computes bf16 logits for every token of a step (vocab x batch tokens, the
-    /// whole vocabulary on each tensor-parallel rank), a floor under `activation_bytes_per_gpu`
-    /// for its engines. (Its memory check budgets (2 x vocab + hidden) bf16 values per token,
-    /// more than its steps allocate: `e2e::peak_memory::transformers_check_bytes`.) 0 for other
-    /// engines.
-    pub fn activation_floor_bytes(&self, model: &ModelConfig, max_tokens: u64) -> f64 {
-        let EngineBuffers::PackedSdpa { .. } = *self else { return 0.0 };
-        max_tokens as f64 * model.vocab as f64 * Dtype::Bf16.bytes() + RUNTIME_RESERVE_BYTES
     }
 
     /// Peak bytes per GPU for a step of `max_tokens` fresh query tokens (each attending the
@@ -181,27 +175,26 @@ impl EngineBuffers {
     }
 }
 
-/// Attention-mask types of a packed step: full, plus sliding where the model has windows.
+/// Attention-mask types of a packed step, one per attention kind the model has: full and
+/// sliding (mistral-7b's all-sliding layers allocate one mask, gemma-3's mix two: measured
+/// in `calibration/traces/h100_sxm_memory48/`).
 fn mask_types(model: &ModelConfig) -> f64 {
-    if model.layers.iter().any(|l| matches!(l.attn, AttnKind::Sliding { .. })) {
-        2.0
-    } else {
-        1.0
-    }
+    let (full, sliding, _) = model.attention_mix();
+    ((full > 0) as u8 + (sliding > 0) as u8).max(1) as f64
 }
 
 /// Peak bytes per GPU of a step within the engine's token budget, beside weights and the KV
-/// pool: the activation workspace (at least the engine's floor) plus its attention scratch.
-/// `RUNTIME_RESERVE_BYTES` included.
+/// pool: the activation workspace plus the engine's attention scratch. `RUNTIME_RESERVE_BYTES`
+/// included. (transformers computes logits only for the tokens it samples: its eager steps
+/// peak within 0.15 GiB of `activation_bytes_per_gpu` at the step's tokens.)
 pub fn step_peak_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, max_tokens: u64, buffers: EngineBuffers) -> f64 {
-    activation_bytes_per_gpu(model, dep, max_tokens).max(buffers.activation_floor_bytes(model, max_tokens)) + buffers.bytes_per_gpu(model, dep, max_tokens)
+    activation_bytes_per_gpu(model, dep, max_tokens) + buffers.bytes_per_gpu(model, dep, max_tokens)
 }
 
 /// Bytes per GPU that each KV token of the pool costs at the engine's peak: its K and V, and
-/// what the engine allocates in proportion to the pool (`EngineBuffers::mask_bytes_per_kv_token`,
-/// `EngineBuffers::kv_copy_bytes_per_kv_token`).
+/// what the engine allocates in proportion to the pool (`EngineBuffers::mask_bytes_per_kv_token`).
 pub fn kv_pool_bytes_per_token_per_gpu(model: &ModelConfig, dep: &Deployment, max_tokens: u64, buffers: EngineBuffers) -> f64 {
-    kv_bytes_per_token_per_gpu(model, dep) + buffers.mask_bytes_per_kv_token(model, max_tokens) + buffers.kv_copy_bytes_per_kv_token(model, dep)
+    kv_bytes_per_token_per_gpu(model, dep) + buffers.mask_bytes_per_kv_token(model, max_tokens)
 }
 
 pub fn plan(
@@ -226,7 +219,6 @@ pub fn plan(
     let activation = step_peak_bytes_per_gpu(model, dep, max_num_batched_tokens, attention);
     let kv_per_token = kv_bytes_per_token_per_gpu(model, dep);
     let mask_per_token = attention.mask_bytes_per_kv_token(model, max_num_batched_tokens);
-    let copy_per_token = attention.kv_copy_bytes_per_kv_token(model, dep);
     let state = model.linear_state_bytes_per_seq() / (dep.tp * dep.pp) as f64;
     let budget = capacity - weights - activation;
     let gib = |b: f64| b / (1u64 << 30) as f64;
@@ -243,18 +235,17 @@ pub fn plan(
     let kv_capacity_tokens = if kv_per_token > 0.0 { (budget / kv_pool_bytes_per_token_per_gpu(model, dep, max_num_batched_tokens, attention)) as u64 } else { u64::MAX / 4 };
     if kv_capacity_tokens == 0 {
         bail!(
-            "{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token ({:.0} KV + {:.0} attention masks over the cache + {:.0} the copy a full-cache step gathers)",
-            model.name, gib(budget), kv_per_token + mask_per_token + copy_per_token, kv_per_token, mask_per_token, copy_per_token
+            "{}: no room for a single KV token: budget {:.3} GiB per GPU, {:.0} bytes per token ({:.0} KV + {:.0} attention masks over the cache)",
+            model.name, gib(budget), kv_per_token + mask_per_token, kv_per_token, mask_per_token
         );
     }
     Ok(MemoryPlan {
         capacity_bytes_per_gpu: capacity,
         weight_bytes_per_gpu: weights,
         activation_bytes_per_gpu: activation,
-        attention_scratch_bytes_per_gpu: scratch,
+        step_attention_bytes_per_gpu: scratch,
         kv_bytes_per_token_per_gpu: kv_per_token,
         mask_bytes_per_kv_token_per_gpu: mask_per_token,
-        kv_copy_bytes_per_kv_token_per_gpu: copy_per_token,
         state_bytes_per_seq_per_gpu: state,
         kv_budget_bytes_per_gpu: budget,
         kv_capacity_tokens,
@@ -280,24 +271,35 @@ mod tests {
     }
 
     #[test]
-    fn transformers_masks_and_kv_copy_shrink_the_kv_the_memory_holds() {
+    fn transformers_masks_shrink_the_kv_the_memory_holds_and_graphs_more() {
         let m = ModelConfig::load("llama-3.1-8b").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
         let dep = Deployment::default();
         let paged = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::Paged).unwrap();
-        let packed = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::PackedSdpa { kv_pad_tokens: None }).unwrap();
-        // One mask type of 8,192 bf16 rows per cache token, and a second copy of the K and V a
-        // full-cache step gathers, on top of 131,072 KV bytes.
-        assert_eq!(packed.mask_bytes_per_kv_token_per_gpu, 8192.0 * 2.0);
-        assert_eq!(packed.kv_copy_bytes_per_kv_token_per_gpu, 131072.0);
-        assert_eq!((paged.mask_bytes_per_kv_token_per_gpu, paged.kv_copy_bytes_per_kv_token_per_gpu), (0.0, 0.0));
-        // The pool costs (2 x 131,072 + 16,384) / 131,072 = 2.125 times the KV per token: about
-        // half the tokens of a paged engine fit.
-        let ratio = paged.kv_capacity_tokens as f64 / packed.kv_capacity_tokens as f64;
-        assert!(ratio > 2.0 && ratio < 2.3, "{} vs {}", paged.kv_capacity_tokens, packed.kv_capacity_tokens);
-        // bf16 logits of 8,192 tokens (1.96 GiB) outweigh the residual-stream workspace.
-        assert!(packed.activation_bytes_per_gpu > 8192.0 * 128256.0 * 2.0 + RUNTIME_RESERVE_BYTES - 1.0);
-        assert!(packed.activation_bytes_per_gpu > paged.activation_bytes_per_gpu);
+        let eager = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::PackedSdpa { kv_pad_tokens: None }).unwrap();
+        let graphs = plan(&m, &g, &dep, 0.9, 8192, EngineBuffers::PackedSdpa { kv_pad_tokens: Some(16384) }).unwrap();
+        // One mask type of 8,192 bf16 rows per cache token; graphs' warm-up holds 1.46 more.
+        assert_eq!(eager.mask_bytes_per_kv_token_per_gpu, 8192.0 * 2.0);
+        assert_eq!(graphs.mask_bytes_per_kv_token_per_gpu, (1.0 + GRAPH_WARMUP_MASK_COPIES) * 8192.0 * 2.0);
+        assert_eq!(paged.mask_bytes_per_kv_token_per_gpu, 0.0);
+        // The pool costs (131,072 + 16,384) / 131,072 = 1.125 times the KV per token without
+        // graphs, 1.30 with them; the packed step's own 8,192 x 8,192 mask (0.125 GiB) and
+        // graphs' padded keys come off the budget too.
+        let ratio = |p: &MemoryPlan| paged.kv_capacity_tokens as f64 / p.kv_capacity_tokens as f64;
+        assert!(ratio(&eager) > 1.125 && ratio(&eager) < 1.14, "{} vs {}", paged.kv_capacity_tokens, eager.kv_capacity_tokens);
+        assert!(ratio(&graphs) > 1.30 && ratio(&graphs) < 1.33, "{} vs {}", paged.kv_capacity_tokens, graphs.kv_capacity_tokens);
+        assert_eq!(eager.activation_bytes_per_gpu - paged.activation_bytes_per_gpu, 8192.0 * 8192.0 * 2.0);
+    }
+
+    #[test]
+    fn a_mask_per_attention_kind_present() {
+        // mistral-7b's layers are all sliding: one mask; gpt-oss mixes full and sliding: two.
+        let eager = EngineBuffers::PackedSdpa { kv_pad_tokens: None };
+        let mistral = ModelConfig::load("mistral-7b-v0.1").unwrap();
+        let gptoss = ModelConfig::load("gpt-oss-20b").unwrap();
+        assert_eq!(eager.mask_bytes_per_kv_token(&mistral, 4096), 4096.0 * 2.0);
+        let groups = gptoss.kv_cache_groups_by_kind();
+        assert_eq!(eager.mask_bytes_per_kv_token(&gptoss, 4096), 2.0 * 4096.0 * 2.0 * (groups[0] + groups[1]) as f64);
     }
 
     #[test]
@@ -308,7 +310,7 @@ mod tests {
         assert_eq!(EngineBuffers::Paged.bytes_per_gpu(&gptoss, &dep, 8192), 0.0);
         // One full-attention mask of 8,192 x 8,192 bf16 without graphs.
         assert_eq!(EngineBuffers::PackedSdpa { kv_pad_tokens: None }.bytes_per_gpu(&llama, &dep, 8192), 8192.0 * 8192.0 * 2.0);
-        // gpt-oss: sliding and full masks, and 3.4 score tensors of 64 heads, keys padded to 16,384.
+        // gpt-oss: sliding and full masks, and 2.9 score tensors of 64 heads, keys padded to 16,384.
         let graphs = EngineBuffers::PackedSdpa { kv_pad_tokens: Some(16384) };
         let want = (2.0 + SINK_SCORE_TENSORS_GRAPHS * 64.0) * 8192.0 * 16384.0 * 2.0;
         assert_eq!(graphs.bytes_per_gpu(&gptoss, &dep, 8192), want);
