@@ -4,7 +4,8 @@
 #         twice on H100s), so the capture sweep with its host probe fits: the H200 reference the
 #         capture term lacks (docs/validation_e2e.md, "Where the H100 blind TTFT goes wrong");
 #   other GPUs: per-run memory records on a token-budget x KV-pool grid, CUDA graphs and eager
-#         (plan memory48: llama-3.2-3b, qwen2.5-7b, gemma-3-27b-it-L6, mistral-7b-v0.1-L16).
+#         (plan memory48: llama-3.2-3b, qwen2.5-7b, gemma-3-27b-it-L6, mistral-7b-v0.1-L16);
+#         S48_PLAN=selfsize48: transformers sizing its own cache.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
@@ -17,8 +18,9 @@ else
   nvidia-smi -q -d CLOCK,POWER,PERFORMANCE > "$OUT/s48/smi_q.txt" 2>&1
   (grep -m1 "model name" /proc/cpuinfo; nproc; cat /proc/loadavg) > "$OUT/s48/cpu.txt"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s48/probe_0.json" > /dev/null 2>&1
-  PYTHONUNBUFFERED=1 timeout 290 python3 microbench/e2e/harness.py --plan memory48 --out "$OUT/s48/mem" > "$OUT/s48/mem.log" 2>&1
-  echo "memory48 rc=$?"
+  plan=${S48_PLAN:-memory48}
+  PYTHONUNBUFFERED=1 timeout 290 python3 microbench/e2e/harness.py --plan $plan --out "$OUT/s48/mem" > "$OUT/s48/mem.log" 2>&1
+  echo "$plan rc=$?"
   python3 microbench/e2e/host_speed_probe.py --out "$OUT/s48/probe_1.json" > /dev/null 2>&1
   tail -5 "$OUT/s48/mem.log"
 fi

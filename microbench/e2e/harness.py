@@ -152,8 +152,10 @@ def run_memory_start():
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    free, total = torch.cuda.mem_get_info()  # what a self-sizing cache sees
     return {"allocated_uncollected_bytes": uncollected, "allocated_before_bytes": torch.cuda.memory_allocated(),
-            "reserved_before_bytes": torch.cuda.memory_reserved(), "collected_before_run": True}
+            "reserved_before_bytes": torch.cuda.memory_reserved(), "collected_before_run": True,
+            "device_free_before_bytes": free, "device_total_bytes": total}
 
 
 def run_memory_end(mem):
@@ -312,14 +314,16 @@ def cb_configs(cfg, rows, run, engine):
     from transformers import ContinuousBatchingConfig, GenerationConfig
     n_groups, group_types = num_layer_groups(cfg)
     bs = engine["block_size"]
-    num_blocks = int(math.ceil(engine["kv_capacity_tokens"] / bs)) * n_groups
-    cbc = ContinuousBatchingConfig(block_size=bs, num_blocks=num_blocks, max_batch_tokens=engine["max_batch_tokens"],
+    # null kv_capacity_tokens / max_batch_tokens: transformers sizes them itself (its memory handler)
+    kv = engine.get("kv_capacity_tokens")
+    num_blocks = int(math.ceil(kv / bs)) * n_groups if kv else None
+    cbc = ContinuousBatchingConfig(block_size=bs, num_blocks=num_blocks, max_batch_tokens=engine.get("max_batch_tokens"),
                                    use_cuda_graph=bool(run.get("cuda_graph", False)), allow_block_sharing=True,
                                    scheduler_type="fifo", seed=0)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max(r["output_tokens"] for r in rows), eos_token_id=-1,
                            pad_token_id=0)
-    settings = {"block_size": bs, "num_blocks": num_blocks, "max_batch_tokens": engine["max_batch_tokens"],
-                "kv_capacity_tokens_per_group": engine["kv_capacity_tokens"], "layer_groups": n_groups,
+    settings = {"block_size": bs, "num_blocks": num_blocks, "max_batch_tokens": engine.get("max_batch_tokens"),
+                "kv_capacity_tokens_per_group": kv, "layer_groups": n_groups,
                 "group_types": group_types}
     if "tp" in engine:  # tensor-parallel runs (harness_tp.py) say so; single-GPU records stay as they were
         settings["tp"] = engine["tp"]
