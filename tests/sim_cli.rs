@@ -339,3 +339,22 @@ fn simulate_help_names_every_shipped_engine() {
         assert!(help.contains(&name), "engine '{name}' missing from simulate --help");
     }
 }
+
+#[test]
+fn transformers_engines_size_their_own_cache_and_say_when_the_warm_up_will_not_fit() {
+    // Without --num-gpu-blocks, the hf engines take the pool transformers' memory handler would
+    // (calibration/traces/h100_sxm_selfsize48: llama-3.2-3b took 1,953 pages on an H100).
+    let base = ["--model", "llama-3.2-3b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"];
+    let eager = sim(&[&base[..], &["--engine", "hf"]].concat());
+    let kv = eager.scenario.setup.iter().find(|l| l.starts_with("KV cache")).unwrap();
+    assert!(kv.contains("sized as transformers sizes it") && kv.contains("1,979 blocks"), "{kv}");
+    assert!(!eager.scenario.setup.iter().any(|l| l.contains("warm-up step needs")), "{:?}", eager.scenario.setup);
+    // The same pool with CUDA graphs: the warm-up's mask copies do not fit, as measured.
+    let graphs = sim(&[&base[..], &["--engine", "hf-cudagraph"]].concat());
+    assert!(graphs.scenario.setup.iter().any(|l| l.starts_with("note: memory:") && l.contains("Failed to warm up")), "{:?}", graphs.scenario.setup);
+    // Pinned pages stay pinned; vLLM keeps the plan's pool.
+    let pinned = sim(&[&base[..], &["--engine", "hf", "--num-gpu-blocks", "192"]].concat());
+    assert!(pinned.scenario.setup.iter().any(|l| l.contains("192 blocks") && l.contains("pinned")), "{:?}", pinned.scenario.setup);
+    let vllm = sim(&base);
+    assert!(vllm.scenario.setup.iter().any(|l| l.contains("derived from memory")), "{:?}", vllm.scenario.setup);
+}

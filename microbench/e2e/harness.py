@@ -19,6 +19,7 @@ client sends the next row at once; the file's arrival times are ignored). Usage:
   python3 microbench/e2e/harness.py --plan smoke --out $OUT
 """
 import argparse
+import contextlib
 import csv
 import gc
 import json
@@ -357,6 +358,26 @@ def keep_history_across_soft_resets():
     RequestState.create_equivalent_initial_request = patched
 
 
+@contextlib.contextmanager
+def warmup_failures():
+    """The 'Failed to warm up' messages transformers' continuous batching logs meanwhile."""
+    import logging
+    messages = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if "Failed to warm up" in msg:
+                messages.append(msg[:400])
+
+    logger, handler = logging.getLogger("ContinuousBatchingLogger"), Catch()
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+
+
 _LIBC = None
 
 
@@ -397,8 +418,11 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cbc)
         rec["attn_implementation"] = model.config._attn_implementation  # the paged variant the engine switched to
         t_w = time.perf_counter()
-        manager.warmup()  # creates the cache and batch processor; captures CUDA graphs if enabled
+        with warmup_failures() as failures:
+            manager.warmup()  # creates the cache and batch processor; captures CUDA graphs if enabled
         rec["warmup_s"] = r6(time.perf_counter() - t_w)
+        if failures:  # transformers logs a failed warm-up (out of memory, no blocks) and goes on
+            rec["warmup_failed"] = failures[0]
         if mem is not None:  # the cache and masks stay allocated; the warm-up's peak is its budget-filling step
             mem.update(allocated_after_warmup_bytes=torch.cuda.memory_allocated(),
                        warmup_peak_allocated_bytes=torch.cuda.max_memory_allocated())

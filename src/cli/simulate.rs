@@ -157,6 +157,7 @@ impl SimulateArgs {
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.buffers())?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
+        let self_sizing = matches!(engine.buffers(), memory::EngineBuffers::PackedSdpa { .. });
         let derived_blocks = kv_layout.pool_pages(plan.kv_capacity_tokens, engine.block_size);
         let num_gpu_blocks = match self.num_gpu_blocks {
             // More blocks than the memory left after weights and activations would OOM the engine.
@@ -173,8 +174,22 @@ impl SimulateArgs {
                 );
             }
             Some(v) => positive("num-gpu-blocks", v)?,
+            // transformers sizes its own cache with its memory polynomial, whether or not the
+            // peak then fits (`memory_note` says when it would not).
+            None if self_sizing => {
+                let pages = memory::transformers_self_sized_pages(&model, &gpu, &dep, engine.block_size as u64, engine.max_num_batched_tokens as u64, engine.gpu_memory_utilization)?;
+                u32::try_from(pages).ok().filter(|&p| p > 0).with_context(|| format!("{} on {}: transformers would size {pages} pages", model.name, gpu.id))?
+            }
             None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),
             None => derived_blocks,
+        };
+        let self_sized = self_sizing && self.num_gpu_blocks.is_none();
+        let over_device = {
+            let kv_tokens = memory::transformers_kv_tokens(&model, num_gpu_blocks as u64 * engine.block_size as u64);
+            let buffers = engine.buffers();
+            let peak = plan.weight_bytes_per_gpu + kv_tokens * memory::kv_pool_bytes_per_token_per_gpu(&model, &dep, engine.max_num_batched_tokens as u64, buffers)
+                + memory::step_peak_bytes_per_gpu(&model, &dep, engine.max_num_batched_tokens as u64, buffers) - memory::RUNTIME_RESERVE_BYTES + memory::CUDA_CONTEXT_BYTES;
+            (self_sized && peak > gpu.hbm_bytes()).then_some(peak)
         };
         let max_model_len = match self.max_model_len {
             Some(v) => positive("max-model-len", v)?,
@@ -237,7 +252,13 @@ impl SimulateArgs {
                     )
                 },
                 report::terminal::group(kv_tokens),
-                if self.num_gpu_blocks.is_some() { "pinned by --num-gpu-blocks" } else { "derived from memory" },
+                if self.num_gpu_blocks.is_some() {
+                    "pinned by --num-gpu-blocks".to_string()
+                } else if self_sized {
+                    format!("sized as transformers sizes it: its memory polynomial within {:.2} of the memory free after weights", e.gpu_memory_utilization)
+                } else {
+                    "derived from memory".to_string()
+                },
                 gib(plan.weight_bytes_per_gpu),
                 gib(plan.activation_bytes_per_gpu),
                 gib(kv_tokens as f64 * plan.kv_bytes_per_token_per_gpu),
@@ -263,6 +284,12 @@ impl SimulateArgs {
         }
         if let Some(c) = cfg.engine.buffers().caveat(&model) {
             setup.push(format!("note: memory: {c}"));
+        }
+        if let Some(peak) = over_device {
+            setup.push(format!(
+                "note: memory: the self-sized pool's warm-up step needs {:.1} GiB of the {:.1} GiB the GPU holds: transformers logs 'Failed to warm up', skips it and captures shapes as they come (measured with CUDA graphs: calibration/traces/h100_sxm_selfsize48)",
+                gib(peak), gib(gpu.hbm_bytes())
+            ));
         }
         Ok(Scenario { model, gpu, dep, cfg, workload, predictor, tier, setup, memory: plan })
     }

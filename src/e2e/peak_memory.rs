@@ -19,7 +19,6 @@ use crate::deployment::Deployment;
 use crate::kernels::memory::{self, EngineBuffers, RUNTIME_RESERVE_BYTES, TRANSFORMERS_TERMS_READ_FROM};
 use super::model_folders::{model_folders, FolderGpu};
 use crate::model::ModelConfig;
-use crate::schema::Dtype;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
@@ -54,6 +53,22 @@ pub struct PeakMemoryReport {
     pub rows: Vec<PeakMemoryRow>,
     pub failed: Vec<String>,
     pub mixed_engines: Vec<String>,
+    /// CUDA-graph runs whose warm-up failed (transformers logs it and goes on): no budget-filling
+    /// step, or a peak cut at the failing allocation; with the logged reason.
+    pub warmup_failed: Vec<(String, String)>,
+    /// Runs that left the pool to transformers' memory handler: the pages it chose against
+    /// `memory::transformers_self_sized_pages` on the GPU's spec sheet.
+    pub self_sized: Vec<SelfSizedRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SelfSizedRow {
+    pub run: String,
+    pub gpu: String,
+    pub max_batch_tokens: u64,
+    pub measured_pages: u64,
+    pub predicted_pages: u64,
+    pub ape_pct: f64,
 }
 
 /// One row per run with a per-run record, else one per transformers model folder under `dirs`
@@ -92,8 +107,27 @@ pub fn validate(dirs: &[impl AsRef<Path>]) -> Result<PeakMemoryReport> {
                     let shape = RunShape::of(run, &origin)?;
                     let name = format!("{}/{}", folder.run, run.get("run_id").and_then(Value::as_str).unwrap_or("?").split_once('/').map_or("?", |(_, w)| w));
                     let gpu_id = gpu.id()?;
-                    let (predicted, check) = predict(&model, &shape, shape.graphs, shape.step_tokens, false)?;
-                    report.rows.push(row(name.clone(), gpu_id, shape.graphs, split(&name), false, peak, predicted, check));
+                    let warmup_failed = run.get("warmup_failed").and_then(Value::as_str).filter(|_| shape.graphs);
+                    if let Some(why) = warmup_failed {
+                        report.warmup_failed.push((name.clone(), why.chars().take(90).collect()));
+                    } else {
+                        let (predicted, check) = predict(&model, &shape, shape.graphs, shape.step_tokens, false)?;
+                        report.rows.push(row(name.clone(), gpu_id.clone(), shape.graphs, split(&name), false, peak, predicted, check));
+                    }
+                    if run.pointer("/engine_requested/num_blocks").is_some_and(Value::is_null) {
+                        let spec = crate::hardware::load_gpu(&gpu_id)?;
+                        let max_memory_percent = run.pointer("/engine_resolved/max_memory_percent").and_then(Value::as_f64).unwrap_or(0.9);
+                        let dep = Deployment { tp: shape.tp, ..Deployment::default() };
+                        let predicted = memory::transformers_self_sized_pages(&model, &spec, &dep, shape.block, shape.max_tokens, max_memory_percent)?;
+                        report.self_sized.push(SelfSizedRow {
+                            run: name,
+                            gpu: gpu_id,
+                            max_batch_tokens: shape.max_tokens,
+                            measured_pages: shape.pages,
+                            predicted_pages: predicted,
+                            ape_pct: super::stats::ape(predicted as f64, shape.pages as f64),
+                        });
+                    }
                 }
                 continue;
             }
@@ -175,7 +209,7 @@ fn predict(model: &ModelConfig, shape: &RunShape, graphs: bool, step_tokens: u64
     dep.check_split(model)?;
     let buffers = EngineBuffers::PackedSdpa { kv_pad_tokens: if graphs { shape.kv_pad.or(Some(shape.max_tokens)) } else { None } };
     let cache_tokens = shape.pages * shape.block;
-    let kv_tokens = plan_kv_tokens(model, cache_tokens);
+    let kv_tokens = memory::transformers_kv_tokens(model, cache_tokens);
     let weights = memory::weight_bytes_per_gpu(model, &dep);
     let held = if previous_cache {
         let eager = EngineBuffers::PackedSdpa { kv_pad_tokens: None };
@@ -186,7 +220,7 @@ fn predict(model: &ModelConfig, shape: &RunShape, graphs: bool, step_tokens: u64
     let predicted = weights + held + kv_tokens * memory::kv_pool_bytes_per_token_per_gpu(model, &dep, shape.max_tokens, buffers)
         + memory::step_peak_bytes_per_gpu(model, &dep, step_tokens, buffers)
         - RUNTIME_RESERVE_BYTES;
-    let check = weights + held + transformers_check_bytes(model, &dep, cache_tokens, shape.max_tokens);
+    let check = weights + held + memory::transformers_handler_bytes(model, &dep, cache_tokens, shape.max_tokens);
     Ok((predicted, check))
 }
 
@@ -217,27 +251,6 @@ fn runs_with_cache(path: &Path) -> Result<Vec<Value>> {
         }
     }
     Ok(runs)
-}
-
-/// The memory plan's KV tokens (each spanning every layer) in `cache_tokens` page slots of
-/// transformers' pool, whose pages hold one KV group's layers each.
-fn plan_kv_tokens(model: &ModelConfig, cache_tokens: u64) -> f64 {
-    let [full, sliding, _] = model.kv_cache_groups_by_kind();
-    cache_tokens as f64 / (full + sliding).max(1) as f64
-}
-
-/// transformers 5.17's memory check for its paged cache (`PagedAttentionMemoryHandler`): K and V
-/// of `cache_tokens` page slots (each slot one group's layers), a dense bf16 mask of
-/// max_batch_tokens x (cache tokens + max_batch_tokens) per mask type, and (2 x vocab + hidden)
-/// bf16 values of activations per batch token. It reproduces the 37,968,936,960-byte refusal of
-/// `calibration/traces/h100_sxm_eager46/` within its ~30 MB of index tensors.
-pub fn transformers_check_bytes(model: &ModelConfig, dep: &Deployment, cache_tokens: u64, max_tokens: u64) -> f64 {
-    let kv_tokens = plan_kv_tokens(model, cache_tokens);
-    let mask_types = if model.kv_cache_groups_by_kind()[1] > 0 { 2.0 } else { 1.0 };
-    let (n, m, bf16) = (cache_tokens as f64, max_tokens as f64, Dtype::Bf16.bytes());
-    kv_tokens * memory::kv_bytes_per_token_per_gpu(model, dep)
-        + mask_types * m * (n + m) * bf16
-        + m * (2 * model.vocab + model.hidden) as f64 * bf16
 }
 
 pub fn render(report: &PeakMemoryReport) -> String {
@@ -274,6 +287,20 @@ pub fn render(report: &PeakMemoryReport) -> String {
     if !report.failed.is_empty() {
         s += &format!("  left out, a run failed (the peak stops at the failing allocation): {}\n", report.failed.join(", "));
     }
+    for (run, why) in &report.warmup_failed {
+        s += &format!("  left out, its CUDA-graph warm-up failed ({why}...): {run}\n");
+    }
+    if !report.self_sized.is_empty() {
+        let apes: Vec<f64> = report.self_sized.iter().map(|r| r.ape_pct).collect();
+        s += &format!(
+            "transformers sizing its own cache (num_blocks left to its memory handler): pages it chose vs its polynomial solved on the spec sheet (`memory::transformers_self_sized_pages`), {} runs, APE % median/p90/max {}\n",
+            apes.len(),
+            super::stats::ErrorStats::of(&apes).cell()
+        );
+        for r in &report.self_sized {
+            s += &format!("  {:<72} {:<9} budget {:>5}: {:>6} pages, predicted {:>6} ({:.1} %)\n", r.run, r.gpu, r.max_batch_tokens, r.measured_pages, r.predicted_pages, r.ape_pct);
+        }
+    }
     if !report.mixed_engines.is_empty() {
         s += &format!("  left out, a model peak over runs of different engine settings without per-run records: {}\n", report.mixed_engines.join(", "));
     }
@@ -291,7 +318,7 @@ mod tests {
         // (calibration/traces/h100_sxm_eager46/failed-gemma-3-27b-it-L12.jsonl). Its polynomial
         // leaves out only its index tensors (~30 MB).
         let m = ModelConfig::load("calibration/traces/h200_sxm_eager_layers11/gemma-3-27b-it-L12/config.json").unwrap();
-        let footprint = transformers_check_bytes(&m, &Deployment::default(), 2304 * 256, 8192);
+        let footprint = memory::transformers_handler_bytes(&m, &Deployment::default(), 2304 * 256, 8192);
         let measured = 37_968_936_960.0;
         assert!(footprint < measured && footprint > measured - 40e6, "{footprint}");
     }
@@ -329,6 +356,20 @@ mod tests {
         let at = |pool: &str| qwen.iter().find(|r| r.cuda_graphs && r.run.ends_with(&format!("kv_capacity_tokens{pool}/max_batch_tokens8192"))).unwrap().measured_gib;
         assert!(at("98304") > at("49152") + 4.0 && at("49152") > at("12288") + 2.0);
         assert!(report.rows.iter().any(|r| r.run.contains("/llama-3.2-3b/") && r.split == "calibration"));
+    }
+
+    #[test]
+    fn self_sized_pools_are_compared_and_failed_warm_ups_left_out() {
+        let report = validate(&["calibration/traces/h100_sxm_selfsize48"]).unwrap();
+        // Eight runs left the pool to transformers; full-attention models within 2 %.
+        assert_eq!(report.self_sized.len(), 8, "{:?}", report.self_sized);
+        for r in report.self_sized.iter().filter(|r| r.run.contains("llama") || r.run.contains("qwen")) {
+            assert!(r.ape_pct < 2.0, "{r:?}");
+        }
+        // The graph runs' warm-ups ran out of memory on those pools: not compared as peaks.
+        assert_eq!(report.warmup_failed.len(), 2, "{:?}", report.warmup_failed);
+        assert!(report.warmup_failed.iter().all(|(run, why)| run.contains("/cudagraph/") && why.contains("out of memory")));
+        assert!(report.rows.iter().all(|r| !r.cuda_graphs));
     }
 
     #[test]

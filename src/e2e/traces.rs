@@ -305,7 +305,11 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
         block_size: u64_field(cache, "block_size", origin)? as u32,
         // The harness sizes the cache as `num_blocks` over all layer groups (each group holds
         // its own blocks); the simulator's pool is one group's, the full-attention one's.
-        blocks_per_group: (u64_field(engine, "num_blocks", origin)? / engine.get("layer_groups").and_then(Value::as_u64).unwrap_or(1).max(1)) as u32,
+        // A run that left the pool to transformers' memory handler requested none: the cache's.
+        blocks_per_group: (match engine.get("num_blocks") {
+            Some(Value::Null) => u64_field(cache, "num_blocks", origin)?,
+            _ => u64_field(engine, "num_blocks", origin)?,
+        } / engine.get("layer_groups").and_then(Value::as_u64).unwrap_or(1).max(1)) as u32,
         max_batch_tokens: u64_field(cache, "max_batch_tokens", origin)? as u32,
         prefix_sharing: cache.get("use_prefix_sharing").and_then(Value::as_bool).unwrap_or(false),
         tp: engine.get("tp").and_then(Value::as_u64).unwrap_or(1).max(1),

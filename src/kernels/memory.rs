@@ -197,6 +197,57 @@ pub fn kv_pool_bytes_per_token_per_gpu(model: &ModelConfig, dep: &Deployment, ma
     kv_bytes_per_token_per_gpu(model, dep) + buffers.mask_bytes_per_kv_token(model, max_tokens)
 }
 
+/// The memory plan's KV tokens (each spanning every layer) in `cache_tokens` page slots of
+/// transformers' pool, whose pages hold one KV group's layers each.
+pub fn transformers_kv_tokens(model: &ModelConfig, cache_tokens: u64) -> f64 {
+    let [full, sliding, _] = model.kv_cache_groups_by_kind();
+    cache_tokens as f64 / (full + sliding).max(1) as f64
+}
+
+/// The mask types transformers' memory handler counts: two for any model with sliding layers
+/// (mistral's all-sliding layers allocate one: `mask_types`).
+fn handler_mask_types(model: &ModelConfig) -> f64 {
+    if model.kv_cache_groups_by_kind()[1] > 0 { 2.0 } else { 1.0 }
+}
+
+/// transformers 5.17's memory polynomial for its paged cache (`PagedAttentionMemoryHandler`): K
+/// and V of `cache_tokens` page slots (each slot one group's layers), a dense bf16 mask of
+/// max_batch_tokens x (cache tokens + max_batch_tokens) per mask type, and (2 x vocab + hidden)
+/// bf16 values of activations per batch token. It reproduces the 37,968,936,960-byte refusal of
+/// `calibration/traces/h100_sxm_eager46/` within its ~30 MB of index tensors, and the pools it
+/// sized itself in `calibration/traces/h100_sxm_selfsize48/` (`transformers_self_sized_pages`).
+pub fn transformers_handler_bytes(model: &ModelConfig, dep: &Deployment, cache_tokens: u64, max_tokens: u64) -> f64 {
+    let (n, m, bf16) = (cache_tokens as f64, max_tokens as f64, Dtype::Bf16.bytes());
+    transformers_kv_tokens(model, cache_tokens) * kv_bytes_per_token_per_gpu(model, dep)
+        + handler_mask_types(model) * m * (n + m) * bf16
+        + m * (2 * model.vocab + model.hidden) as f64 * bf16
+}
+
+/// Device memory outside torch's allocator in a transformers process (the CUDA context): device
+/// total - free - reserved before any cache, 0.75-0.76 GiB on every run of
+/// `calibration/traces/h100_sxm_selfsize48/`.
+pub const CUDA_CONTEXT_BYTES: f64 = 0.75 * (1u64 << 30) as f64;
+
+/// The pages (of `block_size` slots, over every KV group) transformers allocates when left to size
+/// its own cache: the most whose memory polynomial (`transformers_handler_bytes`) fits in
+/// `max_memory_percent` of the device memory free after the weights and the CUDA context. Its
+/// pools in `calibration/traces/h100_sxm_selfsize48/` (H100, 8,192-token budget) come out within
+/// 0.1 % for full-attention models; gemma-3 and mistral (sliding) pick 5 % and 3 % fewer.
+pub fn transformers_self_sized_pages(model: &ModelConfig, gpu: &GpuSpec, dep: &Deployment, block_size: u64, max_tokens: u64, max_memory_percent: f64) -> Result<u64> {
+    let free = gpu.hbm_bytes() - weight_bytes_per_gpu(model, dep) - CUDA_CONTEXT_BYTES;
+    let target = max_memory_percent * free;
+    let fixed = transformers_handler_bytes(model, dep, 0, max_tokens);
+    let per_page = transformers_handler_bytes(model, dep, block_size, max_tokens) - fixed;
+    let gib = |b: f64| b / (1u64 << 30) as f64;
+    if target <= fixed || per_page <= 0.0 {
+        bail!(
+            "{} on {}: transformers would size no cache: {:.0} % of the {:.1} GiB free after weights is {:.1} GiB, its {max_tokens}-token step alone budgets {:.1} GiB (masks and activations)",
+            model.name, gpu.id, max_memory_percent * 100.0, gib(free), gib(target), gib(fixed)
+        );
+    }
+    Ok(((target - fixed) / per_page) as u64)
+}
+
 pub fn plan(
     model: &ModelConfig,
     gpu: &GpuSpec,
@@ -289,6 +340,29 @@ mod tests {
         assert!(ratio(&eager) > 1.125 && ratio(&eager) < 1.14, "{} vs {}", paged.kv_capacity_tokens, eager.kv_capacity_tokens);
         assert!(ratio(&graphs) > 1.30 && ratio(&graphs) < 1.33, "{} vs {}", paged.kv_capacity_tokens, graphs.kv_capacity_tokens);
         assert_eq!(eager.activation_bytes_per_gpu - paged.activation_bytes_per_gpu, 8192.0 * 8192.0 * 2.0);
+    }
+
+    #[test]
+    fn transformers_sizes_its_own_cache_by_its_polynomial() {
+        // transformers left to size its cache on an H100 (calibration/traces/h100_sxm_selfsize48):
+        // llama-3.1-8b took 1,503 pages of 256 slots at an 8,192-token budget, llama-3.2-3b
+        // 1,953. The spec sheet's 80 GiB is 0.8 GiB above the 79.2 the device reports, so the
+        // solve runs ~1.5 % over.
+        let h100 = load_gpu("h100_sxm").unwrap();
+        let dep = Deployment::default();
+        for (name, measured) in [("llama-3.1-8b", 1503.0), ("llama-3.2-3b", 1953.0)] {
+            let m = ModelConfig::load(name).unwrap();
+            let pages = transformers_self_sized_pages(&m, &h100, &dep, 256, 8192, 0.9).unwrap() as f64;
+            assert!(pages > measured && pages < measured * 1.025, "{name}: {pages} vs {measured}");
+            // Its polynomial at those pages fills 0.9 of what is free after weights and context.
+            let free = h100.hbm_bytes() - weight_bytes_per_gpu(&m, &dep) - CUDA_CONTEXT_BYTES;
+            let used = transformers_handler_bytes(&m, &dep, pages as u64 * 256, 8192);
+            assert!(used <= 0.9 * free && used > 0.9 * free - 256.0 * 200_000.0, "{name}: {used} of {free}");
+        }
+        // A budget whose step alone exceeds the memory is an error with the numbers.
+        let big = ModelConfig::load("llama-3.1-70b").unwrap();
+        let e = transformers_self_sized_pages(&big, &h100, &dep, 256, 8192, 0.9).unwrap_err().to_string();
+        assert!(e.contains("transformers would size no cache") && e.contains("GiB"), "{e}");
     }
 
     #[test]
