@@ -157,7 +157,6 @@ impl SimulateArgs {
         engine.validate().with_context(|| format!("engine '{}'", engine.name))?;
         let plan = memory::plan(&model, &gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.buffers())?;
         let kv_layout = crate::sim::kv::KvLayout::of(&model, engine.block_size);
-        let self_sizing = matches!(engine.buffers(), memory::EngineBuffers::PackedSdpa { .. });
         let derived_blocks = kv_layout.pool_pages(plan.kv_capacity_tokens, engine.block_size);
         let num_gpu_blocks = match self.num_gpu_blocks {
             // More blocks than the memory left after weights and activations would OOM the engine.
@@ -175,15 +174,10 @@ impl SimulateArgs {
             }
             Some(v) => positive("num-gpu-blocks", v)?,
             // transformers sizes its own cache with its memory polynomial, whether or not the
-            // peak then fits (`memory_note` says when it would not).
-            None if self_sizing => {
-                let pages = memory::transformers_self_sized_pages(&model, &gpu, &dep, engine.block_size as u64, engine.max_num_batched_tokens as u64, engine.gpu_memory_utilization)?;
-                u32::try_from(pages).ok().filter(|&p| p > 0).with_context(|| format!("{} on {}: transformers would size {pages} pages", model.name, gpu.id))?
-            }
-            None if derived_blocks == 0 => bail!("{} on {}: the KV budget holds less than one block of {} tokens", model.name, gpu.id, engine.block_size),
-            None => derived_blocks,
+            // peak then fits (`over_device` says when it would not).
+            None => engine.unpinned_pool_pages(&model, &gpu, &dep, &plan)?,
         };
-        let self_sized = self_sizing && self.num_gpu_blocks.is_none();
+        let self_sized = engine.sizes_own_pool() && self.num_gpu_blocks.is_none();
         let over_device = {
             let kv_tokens = memory::transformers_kv_tokens(&model, num_gpu_blocks as u64 * engine.block_size as u64);
             let buffers = engine.buffers();

@@ -203,10 +203,7 @@ impl SimEvaluator {
         };
         let dep = c.replica();
         let plan = memory::plan(&self.model, gpu, &dep, engine.gpu_memory_utilization, engine.max_num_batched_tokens as u64, engine.buffers())?;
-        let blocks = KvLayout::of(&self.model, engine.block_size).pool_pages(plan.kv_capacity_tokens, engine.block_size);
-        if blocks == 0 {
-            bail!("the KV budget holds less than one block of {} tokens", engine.block_size);
-        }
+        let blocks = engine.unpinned_pool_pages(&self.model, gpu, &dep, &plan)?;
         // The same construction as `simulate`: the engine's libraries, unfused ops, launches,
         // CUDA-graph padding and captures (capped at the pool's pages), async scheduling.
         let km = KernelModel::load(gpu, self.tier)?.with_served_routing(self.served_routing);

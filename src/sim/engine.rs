@@ -299,6 +299,32 @@ impl EngineParams {
         crate::kernels::memory::EngineBuffers::of(self.attention_impl, self.cuda_graphs.map(|g| g.kv_tokens as u64))
     }
 
+    /// Whether this engine sizes its own KV pool with its memory polynomial (transformers),
+    /// rather than from a profiled peak (vLLM, SGLang, TRT-LLM: `kernels::memory::plan`).
+    pub fn sizes_own_pool(&self) -> bool {
+        matches!(self.buffers(), crate::kernels::memory::EngineBuffers::PackedSdpa { .. })
+    }
+
+    /// The KV pages (over every KV group) this engine allocates when nobody pins them: the
+    /// memory plan's pool, or transformers' own sizing (`sizes_own_pool`).
+    pub fn unpinned_pool_pages(
+        &self,
+        model: &crate::model::ModelConfig,
+        gpu: &crate::hardware::GpuSpec,
+        dep: &crate::deployment::Deployment,
+        plan: &crate::kernels::memory::MemoryPlan,
+    ) -> Result<u32> {
+        let pages = if self.sizes_own_pool() {
+            crate::kernels::memory::transformers_self_sized_pages(model, gpu, dep, self.block_size as u64, self.max_num_batched_tokens as u64, self.gpu_memory_utilization)?
+        } else {
+            crate::sim::kv::KvLayout::of(model, self.block_size).pool_pages(plan.kv_capacity_tokens, self.block_size) as u64
+        };
+        match u32::try_from(pages) {
+            Ok(p) if p > 0 => Ok(p),
+            _ => bail!("{} on {}: the KV budget holds {pages} pages of {} tokens", model.name, gpu.id, self.block_size),
+        }
+    }
+
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [("max_num_batched_tokens", self.max_num_batched_tokens), ("max_num_seqs", self.max_num_seqs), ("block_size", self.block_size)] {
             if v == 0 {
