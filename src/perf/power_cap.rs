@@ -319,9 +319,11 @@ mod tests {
         assert_eq!(power_cap(&h200, Tier::CrossGen, &rates).unwrap().unwrap().sustained_tflops(), own("h100_sxm"));
         let h100_cross = power_cap(&h100, Tier::CrossGen, &rates).unwrap().unwrap();
         assert_eq!(h100_cross.sustained_tflops(), own("h200_sxm"));
-        // The H100's relief was measured on the H100 only: its cross-gen cap has none.
-        assert!(rates.iter().find(|r| r.id == "h200_sxm").unwrap().relief.is_none());
-        assert_eq!(h100_cross.tflops_at(0.3), h100_cross.sustained_tflops());
+        // Its relief too is the sibling's (the H200's, session 48), never its own.
+        let h200_relief = rates.iter().find(|r| r.id == "h200_sxm").unwrap().relief.clone().unwrap();
+        let h100_relief = rates.iter().find(|r| r.id == "h100_sxm").unwrap().relief.clone().unwrap();
+        assert_ne!(h200_relief.relative_at(0.6), h100_relief.relative_at(0.6));
+        assert!((h100_cross.tflops_at(0.6) / h100_cross.sustained_tflops() - h200_relief.relative_at(0.6)).abs() < 1e-12);
         assert!(power_cap(&h100, Tier::Roofline, &rates).unwrap().is_none());
         // Another die (or power limit): nothing measured applies.
         for id in ["a100_sxm", "b200_sxm", "h100_pcie", "l40s"] {
@@ -348,10 +350,12 @@ mod tests {
         // The same share over a 400 ms step: the limiter's window sees mostly GEMMs, less relief.
         let long = cap.tflops_in(300_000.0, 0.0, 400_000.0);
         assert!(long < idle && long > own.bf16_tflops, "{long} {idle}");
-        // The H200 has no relief of its own: its target cap takes the same die's, on its own rate.
+        // The H200 measured its own relief (session 48): its target cap uses it, not the H100's.
+        let h200_own = rates.iter().find(|r| r.id == "h200_sxm").unwrap();
         let h200 = power_cap(&load_gpu("h200_sxm").unwrap(), Tier::Target, &rates).unwrap().unwrap();
-        assert!((h200.tflops_at(0.7) / h200.sustained_tflops() - cap.tflops_at(0.7) / cap.sustained_tflops()).abs() < 1e-12);
-        assert!(h200.from.contains("h200_sxm measured") && h200.from.contains("h100_sxm"), "{}", h200.from);
+        assert!((h200.tflops_at(0.6) / h200.sustained_tflops() - h200_own.relief.as_ref().unwrap().relative_at(0.6)).abs() < 1e-12);
+        assert!(h200.tflops_at(0.6) / h200.sustained_tflops() > cap.tflops_at(0.6) / cap.sustained_tflops());
+        assert!(h200.from.contains("h200_sxm measured") && !h200.from.contains("h100_sxm"), "{}", h200.from);
         let bad = "[[gpu]]\nid = \"h100_sxm\"\nbf16_tflops = 600\nraw = \"x\"\nnote = \"y\"\n[gpu.relief]\nraw = \"x\"\nback_to_back_phase = \"b\"\nother_kernel_weight = 0.5\ncopy = []\nwindow_ms = 200\nreference_cycle_ms = 40\ncoarse_back_to_back_phase = \"s\"\ncoarse = []\nidle = [{ gemm_frac = 0.6, relative = 0.9, phase = \"p\" }]\n";
         let e = parse_rates(bad, "f.toml").unwrap_err().to_string();
         assert!(e.contains("gpu[0].relief field 'idle'") && e.contains("relative"), "{e}");
