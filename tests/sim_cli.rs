@@ -347,7 +347,9 @@ fn transformers_engines_size_their_own_cache_and_say_when_the_warm_up_will_not_f
     let base = ["--model", "llama-3.2-3b", "--gpu", "h100_sxm", "--num-requests", "5", "--isl", "64", "--osl", "4"];
     let eager = sim(&[&base[..], &["--engine", "hf"]].concat());
     let kv = eager.scenario.setup.iter().find(|l| l.starts_with("KV cache")).unwrap();
-    assert!(kv.contains("sized as transformers sizes it") && kv.contains("1,979 blocks"), "{kv}");
+    assert!(kv.contains("sized as transformers sizes it"), "{kv}");
+    // Within 2.5 % of the 1,953 pages measured (the spec sheet's 80 GiB is 0.8 above the device's).
+    assert!(eager.scenario.cfg.num_gpu_blocks > 1953 && (eager.scenario.cfg.num_gpu_blocks as f64) < 1953.0 * 1.025, "{kv}");
     assert!(!eager.scenario.setup.iter().any(|l| l.contains("warm-up step needs")), "{:?}", eager.scenario.setup);
     // The same pool with CUDA graphs: the warm-up's mask copies do not fit, as measured.
     let graphs = sim(&[&base[..], &["--engine", "hf-cudagraph"]].concat());

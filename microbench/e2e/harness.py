@@ -14,8 +14,10 @@ Everything is appended as JSON lines under --out:
   requests.jsonl  one line per request: arrival, first token, every token time, finish, lengths
 Times in runs/requests are seconds from the run's t0 (time.perf_counter just before the first
 request is submitted). A run entry of a plan names its workload file and optionally `cuda_graph`,
-`limit` (first N rows) and `clients` (closed loop: N requests at t=0, then each finished request's
-client sends the next row at once; the file's arrival times are ignored). Usage:
+`limit` (first N rows), `clients` (closed loop: N requests at t=0, then each finished request's
+client sends the next row at once; the file's arrival times are ignored) and `engine` (keys that
+override the plan's engine for this run; `kv_capacity_tokens` / `max_batch_tokens` null leave them
+to transformers' memory handler). Usage:
   python3 microbench/e2e/harness.py --plan smoke --out $OUT
 """
 import argparse

@@ -178,13 +178,13 @@ impl SimulateArgs {
             None => engine.unpinned_pool_pages(&model, &gpu, &dep, &plan)?,
         };
         let self_sized = engine.sizes_own_pool() && self.num_gpu_blocks.is_none();
-        let over_device = {
-            let kv_tokens = memory::transformers_kv_tokens(&model, num_gpu_blocks as u64 * engine.block_size as u64);
-            let buffers = engine.buffers();
-            let peak = plan.weight_bytes_per_gpu + kv_tokens * memory::kv_pool_bytes_per_token_per_gpu(&model, &dep, engine.max_num_batched_tokens as u64, buffers)
-                + memory::step_peak_bytes_per_gpu(&model, &dep, engine.max_num_batched_tokens as u64, buffers) - memory::RUNTIME_RESERVE_BYTES + memory::CUDA_CONTEXT_BYTES;
-            (self_sized && peak > gpu.hbm_bytes()).then_some(peak)
-        };
+        let over_device = self_sized
+            .then(|| {
+                let kv_tokens = memory::transformers_kv_tokens(&model, num_gpu_blocks as u64 * engine.block_size as u64);
+                let budget = engine.max_num_batched_tokens as u64;
+                memory::allocated_peak_bytes_per_gpu(&model, &dep, kv_tokens, budget, budget, engine.buffers()) + memory::CUDA_CONTEXT_BYTES
+            })
+            .filter(|&peak| peak > gpu.hbm_bytes());
         let max_model_len = match self.max_model_len {
             Some(v) => positive("max-model-len", v)?,
             None => model.max_context.min(u32::MAX as u64) as u32,

@@ -16,7 +16,7 @@
 //! their peak.
 
 use crate::deployment::Deployment;
-use crate::kernels::memory::{self, EngineBuffers, RUNTIME_RESERVE_BYTES, TRANSFORMERS_TERMS_READ_FROM};
+use crate::kernels::memory::{self, EngineBuffers, TRANSFORMERS_TERMS_READ_FROM};
 use super::model_folders::{model_folders, FolderGpu};
 use crate::model::ModelConfig;
 use anyhow::{Context, Result};
@@ -217,9 +217,7 @@ fn predict(model: &ModelConfig, shape: &RunShape, graphs: bool, step_tokens: u64
     } else {
         0.0
     };
-    let predicted = weights + held + kv_tokens * memory::kv_pool_bytes_per_token_per_gpu(model, &dep, shape.max_tokens, buffers)
-        + memory::step_peak_bytes_per_gpu(model, &dep, step_tokens, buffers)
-        - RUNTIME_RESERVE_BYTES;
+    let predicted = held + memory::allocated_peak_bytes_per_gpu(model, &dep, kv_tokens, shape.max_tokens, step_tokens, buffers);
     let check = weights + held + memory::transformers_handler_bytes(model, &dep, cache_tokens, shape.max_tokens);
     Ok((predicted, check))
 }

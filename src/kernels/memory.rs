@@ -248,6 +248,15 @@ pub fn transformers_self_sized_pages(model: &ModelConfig, gpu: &GpuSpec, dep: &D
     Ok(((target - fixed) / per_page) as u64)
 }
 
+/// Bytes torch's allocator holds per GPU at an engine's peak with a pool of `kv_tokens`: weights,
+/// the pool and what grows with it at a `max_tokens` budget, and a step of `step_tokens`
+/// (`RUNTIME_RESERVE_BYTES` left out: the allocator does not see the CUDA context).
+pub fn allocated_peak_bytes_per_gpu(model: &ModelConfig, dep: &Deployment, kv_tokens: f64, max_tokens: u64, step_tokens: u64, buffers: EngineBuffers) -> f64 {
+    weight_bytes_per_gpu(model, dep) + kv_tokens * kv_pool_bytes_per_token_per_gpu(model, dep, max_tokens, buffers)
+        + step_peak_bytes_per_gpu(model, dep, step_tokens, buffers)
+        - RUNTIME_RESERVE_BYTES
+}
+
 pub fn plan(
     model: &ModelConfig,
     gpu: &GpuSpec,
