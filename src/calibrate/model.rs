@@ -320,6 +320,17 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
     features::mla_module_weights(op, backend).map(|_| "module")
 }
 
+/// The time a row's base scales: SOL, or for transformers' packed cuDNN attention the bound of
+/// its busiest SM where that is longer (`perf::sol::tiled_attention_bound_us`): at 2-16 heads
+/// the kernel runs a few CTAs over every key, and the time follows the keys per CTA, not SOL.
+fn base_sol_us(op: Op, k: &Kernel, gpu: &GpuSpec, backend: &str, s: &Sol) -> f64 {
+    if op == Op::AttnPrefill && backend.starts_with(PACKED_SDPA_BACKEND) {
+        s.sol_us.max(crate::perf::sol::tiled_attention_bound_us(k, gpu, s.compute_us))
+    } else {
+        s.sol_us
+    }
+}
+
 /// Libraries on a path of their own (`model_path`): (op, backend prefix, path). The transformers
 /// engine's, measured on the H200 only (the collector's own torch._grouped_mm experts pipeline
 /// joins transformers': the same grouped GEMMs, measured under three routings), and vLLM's
@@ -574,7 +585,7 @@ impl OpModel {
         let mut by_key: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         let mut library_gpus: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         for (_, s, m, key, t) in &prepared {
-            let pt = (s.sol_us, *t);
+            let pt = (base_sol_us(op, &m.kernel, spec(&m.gpu), &m.backend, s), *t);
             by_key.entry(key.clone()).or_default().push(pt);
             if key != "all" {
                 by_key.entry("all".to_string()).or_default().push(pt);
@@ -609,7 +620,8 @@ impl OpModel {
                 }
             }
         }
-        let base_of = |m: &Measurement, sol_us: f64| {
+        let base_of = |m: &Measurement, s: &Sol| {
+            let sol_us = base_sol_us(op, &m.kernel, spec(&m.gpu), &m.backend, s);
             base_keys(op, spec(&m.gpu), &m.kernel, &m.backend).iter().find_map(|k| bases.get(k)).map(|b| b.time_us(sol_us)).unwrap_or(sol_us)
         };
 
@@ -640,7 +652,7 @@ impl OpModel {
         let mut y = Vec::with_capacity(prepared.len());
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
         for ((feat, s, m, key, latency_us), category) in prepared.iter().zip(&categories) {
-            let base = base_of(m, s.sol_us);
+            let base = base_of(m, s);
             x.push(with_backend(feat.clone(), &backends, category));
             // Measurements faster than SOL (L2-resident data) train as "at SOL".
             let t = (latency_us.max(s.sol_us) / base).ln();
@@ -820,8 +832,8 @@ impl OpModel {
             return sub.predict_in_form(form, k, gpu, Some(backend), routing);
         }
         let (feat, s) = features::extract_with_sol_routed(k, gpu, backend, routing);
-        let base =
-            base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(s.sol_us)).unwrap_or(s.sol_us);
+        let base_sol = base_sol_us(self.op, k, gpu, backend, &s);
+        let base = base_keys(self.op, gpu, k, backend).iter().find_map(|key| self.bases.get(key)).map(|b| b.time_us(base_sol)).unwrap_or(base_sol);
         let y = match form {
             Form::Learned => {
                 let range = match &self.correction_ranges {

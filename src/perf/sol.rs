@@ -108,6 +108,29 @@ pub fn sol_routed(k: &Kernel, gpu: &GpuSpec, routing: cost::Routing) -> Sol {
     Sol { flops, bytes, compute_us, memory_us, sol_us: compute_us.max(memory_us), bound }
 }
 
+/// Query rows of one attention CTA in the tiled kernels the models describe (FlashAttention-2/3,
+/// cuDNN's fused SDPA): 128 queries of one (sequence, head) per CTA.
+pub const ATTENTION_QUERY_TILE: u64 = 128;
+
+/// Compute bound of a tiled attention prefill that runs one CTA per (sequence, head, query
+/// tile) and does not split the keys: query tiles padded to `ATTENTION_QUERY_TILE`, CTAs in
+/// whole waves over the SMs, each SM at its share of the peak. Where the CTAs are fewer than
+/// the SMs the busiest SM's share, not the GPU's, sets the time: transformers' packed cuDNN
+/// attention at 64-2,048 queries x 16,384 keys takes ~260-300 us at 2, 4 or 8 heads alike on
+/// an H100 and an H200, where SOL falls with the heads. `compute_us` is the kernel's SOL
+/// compute time.
+pub fn tiled_attention_bound_us(k: &Kernel, gpu: &GpuSpec, compute_us: f64) -> f64 {
+    if k.op != Op::AttnPrefill || k.seq_len == 0 {
+        return compute_us;
+    }
+    let tiles = k.seq_len.div_ceil(ATTENTION_QUERY_TILE);
+    let padded = (tiles * ATTENTION_QUERY_TILE) as f64 / k.seq_len as f64;
+    let ctas = (k.batch.max(1) * k.num_heads.max(1) * tiles) as f64;
+    let sms = gpu.compute.sm_count as f64;
+    let waves = (ctas / sms).ceil();
+    compute_us * padded * sms * waves / ctas
+}
+
 /// SOL of a whole MLA module (attention core `k` plus the projections of `module` with linear
 /// weights in `weights`, see `cost::MlaModule`): the parts run one after another, so the bound
 /// is the sum of each part's own bound; flops, bytes and the compute and memory times are sums
@@ -132,6 +155,33 @@ mod tests {
     use super::*;
     use crate::hardware::load_gpu;
     use crate::schema::Dtype;
+
+    fn packed(heads: u64, queries: u64, keys: u64) -> Kernel {
+        Kernel { batch: 1, seq_len: queries, kv_len: keys, num_heads: heads, num_kv_heads: heads, head_dim: 64, ..Kernel::new(Op::AttnPrefill, Dtype::Bf16) }
+    }
+
+    #[test]
+    fn tiled_attention_bound_follows_the_busiest_sm() {
+        let g = load_gpu("h200_sxm").unwrap();
+        let bound = |k: &Kernel| tiled_attention_bound_us(k, &g, sol(k, &g).compute_us);
+        // Fewer CTAs than SMs: each SM runs at most one, so the heads do not change the time.
+        let (two, eight) = (bound(&packed(2, 64, 16384)), bound(&packed(8, 64, 16384)));
+        assert!((two / eight - 1.0).abs() < 1e-3, "{two} vs {eight}");
+        // 64 queries fill half a tile: the same time as a full 128-query tile.
+        assert!((bound(&packed(8, 128, 16384)) / eight - 1.0).abs() < 0.01);
+        // 16 heads x 16 tiles = 256 CTAs take two waves of 132 SMs, twice one wave's 128 CTAs.
+        let (one_wave, two_waves) = (bound(&packed(8, 2048, 16384)), bound(&packed(16, 2048, 16384)));
+        assert!((two_waves / one_wave - 2.0).abs() < 0.02, "{one_wave} vs {two_waves}");
+        // Whole waves of full tiles: the bound is SOL's compute time.
+        let full = packed(132, 128, 16384);
+        assert!((bound(&full) / sol(&full, &g).compute_us - 1.0).abs() < 0.01);
+        // Never below the compute time, and other ops are left alone.
+        for k in [packed(1, 1, 10), packed(64, 8192, 8192)] {
+            assert!(bound(&k) >= sol(&k, &g).compute_us * (1.0 - 1e-12));
+        }
+        let gemm = Kernel::gemm(Dtype::Bf16, 64, 64, 64);
+        assert_eq!(tiled_attention_bound_us(&gemm, &g, 3.0), 3.0);
+    }
 
     #[test]
     fn gemm_8192_cubed_on_h200_is_compute_bound_at_peak() {
