@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[command(after_help = "Example:\n  kernelsight validate e2e --out out/e2e\n\nRuns of the calibration families fit the host-overhead model; the other families are held out and never used for fitting anything.")]
 pub struct E2eArgs {
     /// Trace folders (one sub-folder per model, see their READMEs); repeatable.
-    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2", "calibration/traces/h200_sxm_cudagraph", "calibration/traces/h200_sxm_tp2_cudagraph", "calibration/traces/h200_sxm_cudagraph_fresh", "calibration/traces/h200_sxm_cudagraph_blind7", "calibration/traces/h200_sxm_cudagraph_blind8", "calibration/traces/h200_sxm_host_probe", "calibration/traces/h200_sxm_closed_loop8", "calibration/traces/h200_sxm_closed_loop9", "calibration/traces/h200_sxm_kv_pressure10", "calibration/traces/h200_sxm_eager_layers11", "calibration/traces/h200_sxm_eager_blind12", "calibration/traces/h200_sxm_kv_pressure13", "calibration/traces/h200_sxm_load_sweep14", "calibration/traces/h200_sxm_minimax_blind15", "calibration/traces/h200_sxm_gptoss120_blind15", "calibration/traces/h200_sxm_capture_sweep16", "calibration/traces/h200_sxm_blind16", "calibration/traces/h200_sxm_vllm19", "calibration/traces/h200_sxm_vllm_load27", "calibration/traces/h200_sxm_vllm32", "calibration/traces/h100_sxm_blind36", "calibration/traces/h100_sxm_capture_sweep37", "calibration/traces/h100_sxm_capture_sweep37b", "calibration/traces/h100_sxm_capture_sweep38", "calibration/traces/h100_sxm_capture_sweep40", "calibration/traces/h100_sxm_capture_sweep40b", "calibration/traces/h100_sxm_capture_sweep40c", "calibration/traces/h100_sxm_capture_sweep41", "calibration/traces/h100_sxm_capture_sweep44", "calibration/traces/h100_sxm_capture_sweep46", "calibration/traces/h100_sxm_eager46", "calibration/traces/h100_sxm_eager_blind47", "calibration/traces/h100_sxm_memory47", "calibration/traces/h100_sxm_memory47b", "calibration/traces/h100_sxm_memory48", "calibration/traces/h100_sxm_selfsize48"])]
+    #[arg(long, default_values = ["calibration/traces/h200_sxm", "calibration/traces/h200_sxm_tp2", "calibration/traces/h200_sxm_cudagraph", "calibration/traces/h200_sxm_tp2_cudagraph", "calibration/traces/h200_sxm_cudagraph_fresh", "calibration/traces/h200_sxm_cudagraph_blind7", "calibration/traces/h200_sxm_cudagraph_blind8", "calibration/traces/h200_sxm_host_probe", "calibration/traces/h200_sxm_closed_loop8", "calibration/traces/h200_sxm_closed_loop9", "calibration/traces/h200_sxm_kv_pressure10", "calibration/traces/h200_sxm_eager_layers11", "calibration/traces/h200_sxm_eager_blind12", "calibration/traces/h200_sxm_kv_pressure13", "calibration/traces/h200_sxm_load_sweep14", "calibration/traces/h200_sxm_minimax_blind15", "calibration/traces/h200_sxm_gptoss120_blind15", "calibration/traces/h200_sxm_capture_sweep16", "calibration/traces/h200_sxm_blind16", "calibration/traces/h200_sxm_vllm19", "calibration/traces/h200_sxm_vllm_load27", "calibration/traces/h200_sxm_vllm32", "calibration/traces/h100_sxm_blind36", "calibration/traces/h100_sxm_capture_sweep37", "calibration/traces/h100_sxm_capture_sweep37b", "calibration/traces/h100_sxm_capture_sweep38", "calibration/traces/h100_sxm_capture_sweep40", "calibration/traces/h100_sxm_capture_sweep40b", "calibration/traces/h100_sxm_capture_sweep40c", "calibration/traces/h100_sxm_capture_sweep41", "calibration/traces/h100_sxm_capture_sweep44", "calibration/traces/h100_sxm_capture_sweep46", "calibration/traces/h100_sxm_eager46", "calibration/traces/h100_sxm_eager_blind47", "calibration/traces/h100_sxm_memory47", "calibration/traces/h100_sxm_memory47b", "calibration/traces/h100_sxm_memory48", "calibration/traces/h100_sxm_selfsize48", "calibration/traces/h200_sxm_longctx49"])]
     pub traces: Vec<PathBuf>,
     /// Per-step GPU times (CUDA events) of CUDA-graph runs, compared step by step.
     #[arg(long, default_value = "calibration/traces/h200_sxm_cudagraph_profile")]
@@ -56,6 +56,11 @@ pub struct E2eArgs {
 
 pub fn run(args: E2eArgs) -> Result<()> {
     let tiers = if args.tier.is_empty() { vec![Tier::Roofline, Tier::Target, Tier::CrossGen] } else { args.tier.clone() };
+    // The fits that serve every tier's replay (vLLM's launch terms, the public rows' host terms,
+    // `generate`'s host and TP hooks) use the target tier where it is asked for: fitted against
+    // the roofline tier (first by default), `generate`'s host took the GPU's misses as host time
+    // (29.5 ms per step, no TP hooks) and the eager TP2 replays lost their hook term.
+    let fit_tier = if tiers.contains(&Tier::Target) { Tier::Target } else { tiers[0] };
     let host_dir = PathBuf::from("calibration/host");
     // vLLM's prefill-step launch terms come from the H200 vLLM traces; the public rows then
     // fit its per-step and per-sequence terms around them.
@@ -69,7 +74,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
     let vllm_host = if args.fit_host && !args.no_traces {
         let has_vllm = models.iter().any(|m| m.runs.iter().any(|r| r.engine == traces::TraceEngine::Vllm));
         if has_vllm {
-            let h = traces::fit_host_vllm(&models, tiers[0], &HostOverhead::for_engine("vllm")?)?;
+            let h = traces::fit_host_vllm(&models, fit_tier, &HostOverhead::for_engine("vllm")?)?;
             eprintln!("vllm: prefill steps {:.0} us/layer with piecewise graphs, {:.0} us/layer without ({})", h.piecewise_launch_per_layer_us, h.eager_launch_per_layer_us, h.source);
             Some(h)
         } else {
@@ -88,7 +93,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
         }
     }
     if args.fit_host && !args.no_silicon {
-        for f in silicon::fit_silicon_host(&args.silicon, tiers[0], &host_dir, &base)? {
+        for f in silicon::fit_silicon_host(&args.silicon, fit_tier, &host_dir, &base)? {
             eprintln!(
                 "{}: {} calibration runs, {:.0} us/step + {:.1} us/seq; TPOT median APE {:.1}% -> {:.1}%",
                 f.engine, f.runs, f.host.per_step_us, f.host.per_seq_us, f.tpot_before.median_ape, f.tpot_after.median_ape
@@ -98,7 +103,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
     // `generate`'s host model, with transformers' TP hooks from the static decode lines at tp > 1.
     let statics = if args.no_traces { None } else { Some(static_steps::load(&args.traces)?) };
     let generate_host = match &statics {
-        Some(set) => static_steps::fit_host(set, tiers[0])?,
+        Some(set) => static_steps::fit_host(set, fit_tier)?,
         None => None,
     };
     if let Some(h) = &generate_host {
@@ -126,7 +131,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
             print!("\n{}", step_gpu::render(rows));
         }
         if let Some(r) = &static_report {
-            let tier = if tiers.contains(&Tier::Target) { Tier::Target } else { tiers[0] };
+            let tier = fit_tier;
             print!("\n{}", r.render(tier.as_str()));
         }
         if let Some(rows) = &kv_rows {
