@@ -1028,6 +1028,46 @@ mod tests {
     }
 
     #[test]
+    fn packed_attention_at_unmeasured_head_counts_follows_the_busiest_sm() {
+        use crate::hardware::load_gpu;
+        use crate::perf::sol::{sol, tiled_attention_bound_us};
+        // A world where the packed kernel runs at a third of its busiest SM's bound, + 6 us:
+        // trained at 8, 32 and 64 heads, asked at 2 and 16. SOL falls 4x from 8 heads to 2,
+        // the kernel's time does not (transformers' packed cuDNN attention on the H200: 261-276 us
+        // at 64 queries x 16,384 keys for 2-64 heads of 64 dims).
+        let g = load_gpu("h200_sxm").unwrap();
+        let packed = |heads: u64, q: u64, keys: u64| Kernel {
+            batch: 1,
+            seq_len: q,
+            kv_len: keys,
+            num_heads: heads,
+            num_kv_heads: heads,
+            head_dim: 64,
+            ..Kernel::new(Op::AttnPrefill, crate::schema::Dtype::Bf16)
+        };
+        let truth = |k: &Kernel| 6.0 + 3.0 * tiled_attention_bound_us(k, &g, sol(k, &g).compute_us);
+        let mut rows = Vec::new();
+        for heads in [8u64, 32, 64] {
+            for q in [64u64, 512, 2048] {
+                for keys in [1024u64, 4096, 16384, 65536] {
+                    let k = packed(heads, q, keys);
+                    let latency_us = truth(&k);
+                    rows.push(Measurement { routing: Routing::Uniform, kernel: k, gpu: g.id.clone(), backend: PACKED_SDPA_BACKEND.into(), source: "s".into(), latency_us });
+                }
+            }
+        }
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let m = OpModel::fit(Op::AttnPrefill, &refs, &|_: &str| &g, &FitParams::default());
+        for heads in [2u64, 16] {
+            for (q, keys) in [(64u64, 16384u64), (512, 32768), (2048, 8192)] {
+                let k = packed(heads, q, keys);
+                let got = m.predict_us(&k, &g, Some(PACKED_SDPA_BACKEND));
+                assert!((got / truth(&k) - 1.0).abs() < 0.05, "{heads} heads, {q} x {keys}: {got:.1} vs {:.1} us", truth(&k));
+            }
+        }
+    }
+
+    #[test]
     fn streaming_ops_get_a_base_per_dram_kind() {
         use crate::hardware::{load_gpu, DramKind};
         use crate::perf::sol::sol;
