@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The measurements still owed (docs/calibration.md, docs/validation_e2e.md), one device call,
-# (session 48 ran stages 1-3 on an H200: sustained, sdpa, memcpy, fp8; still owed there: 4-5),
+# (session 48 ran stages 1-3 on an H200: sustained, sdpa, memcpy, fp8; session 49 stage 5,
+# calibration/traces/h200_sxm_capture_sweep49/; still owed there: 4),
 # whichever GPU the lent pool gives, most wanted first; a stage starts only if its time fits the
 # budget (OWED_BUDGET_S, default 540 s), so the archive is always written:
 #   1. H200 (or any GPU but an H100): the pre-registered Qwen3-14B sustained-GEMM test with its
