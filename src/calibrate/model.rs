@@ -324,7 +324,7 @@ fn model_path(op: Op, backend: &str) -> Option<&'static str> {
 /// its busiest SM where that is longer (`perf::sol::tiled_attention_bound_us`): at 2-16 heads
 /// the kernel runs a few CTAs over every key, and the time follows the keys per CTA, not SOL.
 fn base_sol_us(op: Op, k: &Kernel, gpu: &GpuSpec, backend: &str, s: &Sol) -> f64 {
-    if op == Op::AttnPrefill && backend.starts_with(PACKED_SDPA_BACKEND) {
+    if model_path(op, backend) == Some("packed_sdpa") {
         s.sol_us.max(crate::perf::sol::tiled_attention_bound_us(k, gpu, s.compute_us))
     } else {
         s.sol_us

@@ -131,8 +131,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
             print!("\n{}", step_gpu::render(rows));
         }
         if let Some(r) = &static_report {
-            let tier = fit_tier;
-            print!("\n{}", r.render(tier.as_str()));
+            print!("\n{}", r.render(fit_tier.as_str()));
         }
         if let Some(rows) = &kv_rows {
             print!("\n{}", kv_capacity::render(rows));
