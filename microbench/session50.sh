@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 50's device call, whichever GPU the lent pool gives (writes $OUT/s50.tgz):
+#   1. CUPTI kernel profile of long-prompt CUDA-graph decode (microbench/e2e/decode_kernels.py:
+#      llama-3.2-1b and qwen3-0.6b at 1 x 8,192 and 4 x 8,192 prompt tokens), the check of the
+#      8-12 % single-sequence shortfall of calibration/traces/h200_sxm_longctx49/;
+#   2. plan eager_blind47 (the eager engine, four models) with host probes before and after, so
+#      that eager runs on this GPU carry the host speed they ran at;
+#   3. if time remains: the owed static MoE decode profile (microbench/owed_measurements.sh stage 4).
+set -u
+source microbench/record_host.sh
+S="$OUT/s50"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "gpu: $gpu"
+record_machine "$S"
+record_probe "$S/probe_0.json"
+PYTHONUNBUFFERED=1 timeout 160 python3 microbench/e2e/decode_kernels.py --out "$S/dk" \
+  --models llama-3.2-1b,qwen3-0.6b --workloads grid_i8192_o64_c1,grid_i8192_o64_c4 > "$S/dk.log" 2>&1
+echo "decode kernels rc=$? at ${SECONDS} s"; tail -3 "$S/dk.log"
+record_probe "$S/eager_probe_0.json"
+PYTHONUNBUFFERED=1 timeout 285 python3 microbench/e2e/harness.py --plan eager_blind47 --out "$S/eager" > "$S/eager.log" 2>&1
+echo "eager rc=$? at ${SECONDS} s"; tail -3 "$S/eager.log"
+record_probe "$S/eager_probe_1.json"
+left=$(( 555 - SECONDS ))
+if (( left > 90 )); then
+  PYTHONUNBUFFERED=1 timeout $left python3 microbench/e2e/static_moe_decode.py --out "$S/static_moe" > "$S/static_moe.log" 2>&1
+  echo "static moe rc=$? at ${SECONDS} s"
+else
+  echo "static moe skipped: ${SECONDS} s used"
+fi
+tar czf /tmp/s50.tgz -C "$OUT" s50 && rm -rf "$S" && mv /tmp/s50.tgz "$OUT/s50.tgz"
+ls -la "$OUT"; echo "total ${SECONDS} s"
