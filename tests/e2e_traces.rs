@@ -1,5 +1,8 @@
 //! Replays the committed H200 traces; checks loading, the host fit and the report structure.
-use kernelsight::e2e::traces::{fit_host, fit_host_cudagraph, load_dir, logged_step_batch, predictor_for, replay, validate, CALIBRATION_FAMILIES};
+use kernelsight::e2e::host_fit::{fit_host, fit_host_cudagraph};
+use kernelsight::e2e::replay::{logged_step_batch, predictor_for, replay};
+use kernelsight::e2e::traces::{load_dir, CALIBRATION_FAMILIES};
+use kernelsight::e2e::traces_report::validate;
 use kernelsight::perf::host::HostOverhead;
 use kernelsight::perf::{StepTimeModel, Tier};
 use std::path::Path;
@@ -215,12 +218,12 @@ fn closed_loop_runs_replay_as_closed_loops_and_keep_the_cohort_effect() {
     };
     assert!(later_ttft_ms(fixed) > 1.5 * later_ttft_ms(varied), "{} vs {}", later_ttft_ms(fixed), later_ttft_ms(varied));
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
-    let ttft = |r| kernelsight::e2e::traces::replay(m, r, Tier::Roofline, &host).unwrap().metrics["ttft_p50"];
+    let ttft = |r| kernelsight::e2e::replay::replay(m, r, Tier::Roofline, &host).unwrap().metrics["ttft_p50"];
     assert!(ttft(fixed) > 1.5 * ttft(varied), "simulated: {} vs {}", ttft(fixed), ttft(varied));
     // With the calibrated kernels, the fixed-length run's TTFT is its repeated 8 x 512 prefill
     // step, measured at 147-149 ms: a fresh prompt's graph reads a whole padded KV interval
     // (priced without it, the step was 72 ms).
-    let target = kernelsight::e2e::traces::replay(m, fixed, Tier::Target, &host).unwrap().metrics["ttft_p50"];
+    let target = kernelsight::e2e::replay::replay(m, fixed, Tier::Target, &host).unwrap().metrics["ttft_p50"];
     let measured = quantile_ms(fixed);
     assert!((target / measured - 1.0).abs() < 0.15, "predicted {target} ms vs measured {measured} ms");
 }
@@ -247,11 +250,11 @@ fn kv_pressure_runs_evict_as_many_requests_as_the_engine_did() {
     let m = &trace_model("h200_sxm_kv_pressure10", "llama-3.2-3b");
     let fixed = m.runs.iter().find(|r| r.key.contains("kvp_i300_o500_n32_fixed")).unwrap();
     assert_eq!(fixed.blocks_per_group, 48);
-    assert_eq!(kernelsight::e2e::traces::measured_evictions(fixed), Some(11));
+    assert_eq!(kernelsight::e2e::replay::measured_evictions(fixed), Some(11));
     // Every evicted request kept its arrival and all its token times.
     assert!(fixed.requests.iter().all(|r| r.token_s.len() == 500 && r.arrival_s < 1e-3));
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
-    let replayed = kernelsight::e2e::traces::replay(m, fixed, Tier::Roofline, &host).unwrap();
+    let replayed = kernelsight::e2e::replay::replay(m, fixed, Tier::Roofline, &host).unwrap();
     assert_eq!(replayed.preemptions, 11);
 }
 
@@ -267,7 +270,7 @@ fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
     let run = m.runs.iter().find(|r| r.key.contains("kvp_i2000_o100_n16_fixed")).unwrap();
     assert_eq!(run.kv_cap_tokens, 384 * 256);
     let host = HostOverhead::for_engine("hf-cudagraph").unwrap();
-    let predicted = kernelsight::e2e::traces::replay(m, run, Tier::Target, &host).unwrap().metrics["tpot_p50"];
+    let predicted = kernelsight::e2e::replay::replay(m, run, Tier::Target, &host).unwrap().metrics["tpot_p50"];
     let measured = kernelsight::e2e::traces::measured_metrics(run)["tpot_p50"];
     assert!((predicted / measured - 1.0).abs() < 0.2, "TPOT predicted {predicted:.1} ms, measured {measured:.1} ms");
 }
@@ -275,7 +278,8 @@ fn a_hybrid_models_kv_read_pads_up_to_the_whole_pool() {
 /// The sweeps among one trace folder's runs, each run replayed at the target tier with `engine`'s
 /// shipped host model (as `validate e2e` replays them).
 fn target_sweeps(folder: &str, engine: &str, split: &'static str) -> Vec<kernelsight::e2e::load_sweep::Sweep> {
-    use kernelsight::e2e::traces::{measured_metrics, replay, RunResult, METRICS};
+    use kernelsight::e2e::traces::{measured_metrics, METRICS};
+    use kernelsight::e2e::traces_report::RunResult;
     let host = HostOverhead::for_engine(engine).unwrap();
     let models = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces").join(folder)).unwrap();
     let mut runs = Vec::new();
@@ -386,17 +390,17 @@ fn vllm_engine_timestamps_give_the_request_path_and_out_of_order_ones_are_reject
     assert!(with_stages >= 10, "{with_stages} runs carry engine timestamps");
     // Client -> engine queue and engine -> client each take about a millisecond on the H200
     // host: the path is a few milliseconds, not microseconds and not tens of milliseconds.
-    let path_us = kernelsight::e2e::traces::measured_request_path_us(&runs, 0.0).unwrap();
+    let path_us = kernelsight::e2e::host_fit::measured_request_path_us(&runs, 0.0).unwrap();
     assert!((1000.0..5000.0).contains(&path_us), "{path_us} us");
     // An idle engine core takes in a burst for a fraction of a millisecond before its first
     // step (the client sends one request every 0.1-0.4 ms, and the first step held 2-8 of them
     // in most bursts): the wake-up is hundreds of microseconds, and the path leaves it out.
-    let wake_us = kernelsight::e2e::traces::measured_idle_wake_us(&runs).unwrap();
+    let wake_us = kernelsight::e2e::host_fit::measured_idle_wake_us(&runs).unwrap();
     assert!((200.0..1500.0).contains(&wake_us), "{wake_us} us");
-    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&runs, wake_us), Some(path_us - wake_us));
+    assert_eq!(kernelsight::e2e::host_fit::measured_request_path_us(&runs, wake_us), Some(path_us - wake_us));
     let bare: Vec<_> = models.iter().flat_map(|m| &m.runs).filter(|r| r.requests.iter().all(|q| q.engine_path_s.is_none())).collect();
-    assert_eq!(kernelsight::e2e::traces::measured_request_path_us(&bare, 0.0), None);
-    assert_eq!(kernelsight::e2e::traces::measured_idle_wake_us(&bare), None);
+    assert_eq!(kernelsight::e2e::host_fit::measured_request_path_us(&bare, 0.0), None);
+    assert_eq!(kernelsight::e2e::host_fit::measured_idle_wake_us(&bare), None);
 
     // An engine queue time before the client sent the request is an inconsistent trace.
     let dir = tempfile::tempdir().unwrap();
@@ -451,7 +455,7 @@ fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() 
     let shipped = HostOverhead::for_engine("vllm").unwrap();
     let from = |piecewise: f64, eager: f64| {
         let start = HostOverhead { piecewise_launch_per_layer_us: piecewise, eager_launch_per_layer_us: eager, request_path_us: 0.0, ..shipped.clone() };
-        kernelsight::e2e::traces::fit_host_vllm(&models, Tier::Roofline, &start).unwrap()
+        kernelsight::e2e::host_fit::fit_host_vllm(&models, Tier::Roofline, &start).unwrap()
     };
     let (a, b) = (from(0.0, 0.0), from(900.0, 1400.0));
     assert_eq!((a.piecewise_launch_per_layer_us, a.eager_launch_per_layer_us), (b.piecewise_launch_per_layer_us, b.eager_launch_per_layer_us));
@@ -462,16 +466,16 @@ fn the_vllm_launch_fit_searches_a_grid_and_does_not_depend_on_where_it_starts() 
     assert!(a.piecewise_launch_per_layer_us > 0.0 && a.eager_launch_per_layer_us > 0.0, "{a:?}");
     // The request path and the idle wake-up are taken from the runs' engine timestamps, not searched.
     let runs: Vec<_> = models[0].runs.iter().collect();
-    let wake_us = kernelsight::e2e::traces::measured_idle_wake_us(&runs).unwrap();
+    let wake_us = kernelsight::e2e::host_fit::measured_idle_wake_us(&runs).unwrap();
     assert_eq!(a.idle_wake_us, wake_us);
-    assert_eq!(Some(a.request_path_us), kernelsight::e2e::traces::measured_request_path_us(&runs, wake_us));
+    assert_eq!(Some(a.request_path_us), kernelsight::e2e::host_fit::measured_request_path_us(&runs, wake_us));
     // Every other term is the starting model's.
     assert_eq!((a.per_step_us, a.per_seq_us), (shipped.per_step_us, shipped.per_seq_us));
     // The step terms keep their own provenance; the launch terms get this fit's, also when
     // refitting from a model this fit wrote.
     assert_eq!(a.source.step_terms, shipped.source.step_terms);
     assert!(a.source.launch_terms.starts_with("prefill-step launch terms fitted by `validate e2e` on 5 vLLM runs"), "{}", a.source);
-    let again = kernelsight::e2e::traces::fit_host_vllm(&models, Tier::Roofline, &a).unwrap();
+    let again = kernelsight::e2e::host_fit::fit_host_vllm(&models, Tier::Roofline, &a).unwrap();
     assert_eq!(again.source, a.source);
 
     // vLLM's client sent each burst one request after another: the replay keeps those times

@@ -74,7 +74,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
     let vllm_host = if args.fit_host && !args.no_traces {
         let has_vllm = models.iter().any(|m| m.runs.iter().any(|r| r.engine == traces::TraceEngine::Vllm));
         if has_vllm {
-            let h = traces::fit_host_vllm(&models, fit_tier, &HostOverhead::for_engine("vllm")?)?;
+            let h = super::host_fit::fit_host_vllm(&models, fit_tier, &HostOverhead::for_engine("vllm")?)?;
             eprintln!("vllm: prefill steps {:.0} us/layer with piecewise graphs, {:.0} us/layer without ({})", h.piecewise_launch_per_layer_us, h.eager_launch_per_layer_us, h.source);
             Some(h)
         } else {
@@ -110,7 +110,7 @@ pub fn run(args: E2eArgs) -> Result<()> {
         eprintln!("{}: {}", static_steps::ENGINE, h.summary());
     }
     let tp_hooks_us = generate_host.as_ref().map_or(0.0, |h| h.tp_launch_per_layer_us);
-    let traces_report = if args.no_traces { None } else { Some(traces::validate_models(&models, &tiers, &args.host_speed.speed()?, tp_hooks_us)?) };
+    let traces_report = if args.no_traces { None } else { Some(super::traces_report::validate_models(&models, &tiers, &args.host_speed.speed()?, tp_hooks_us)?) };
     let step_rows = if args.no_traces || !args.step_profile.is_dir() { None } else { Some(step_gpu::validate(&args.step_profile, &models, &tiers)?) };
     let silicon_report = if args.no_silicon { None } else { Some(silicon::validate_silicon(&args.silicon, &tiers, args.silicon_limit, args.undocumented_client)?) };
     let kv_rows = if args.no_traces { None } else { Some(kv_capacity::validate(&args.traces)?).filter(|r| !r.is_empty()) };

@@ -7,7 +7,8 @@
 //! to build.
 
 use super::stats::ape;
-use super::traces::{RunResult, TraceModel};
+use super::traces::TraceModel;
+use super::traces_report::RunResult;
 use crate::plan::evaluate::MIN_SERVED_FRACTION;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -228,7 +228,7 @@ pub fn fit_host(set: &StaticSet, tier: Tier) -> Result<Option<HostOverhead>> {
     if rows.len() < 3 {
         bail!("only {} host-bound static lines of the calibration families; need at least 3", rows.len());
     }
-    let [dispatch, per_step] = super::traces::nonneg_least_squares(&rows);
+    let [dispatch, per_step] = super::regression::nonneg_least_squares(&rows);
     let host = HostOverhead {
         launch_per_host_op_us: dispatch,
         per_step_us: per_step,

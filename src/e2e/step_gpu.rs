@@ -38,10 +38,10 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
         let Some(model) = models.iter().find(|m| m.label == label) else { continue };
         let Some(gpu_ms) = prof.scheduled(run.steps.len()) else { continue };
         for &tier in tiers {
-            let p = traces::predictor_for(model, run, tier, HostOverhead::zero())?;
+            let p = super::replay::predictor_for(model, run, tier, HostOverhead::zero())?;
             let mut pairs = Vec::new();
             for (s, &measured) in run.steps.iter().zip(gpu_ms) {
-                let (cost, capture) = p.step_time_and_capture(&traces::logged_step_batch(s));
+                let (cost, capture) = p.step_time_and_capture(&super::replay::logged_step_batch(s));
                 if capture.is_none() && s.num_requests > 0 {
                     pairs.push((measured, cost.total_us / 1e3));
                 }

@@ -77,7 +77,7 @@ pub struct HostOverhead {
     /// Per request, the path between the client and the engine core and back (API server,
     /// tokenizer, IPC, detokenizer): added to TTFT and end-to-end latency, not to inter-token
     /// gaps (`StepTimeModel::request_path_us`). Measured, not fitted, where traces carry the
-    /// engine's own timestamps (`traces::measured_request_path_us`).
+    /// engine's own timestamps (`e2e::host_fit::measured_request_path_us`).
     #[serde(default)]
     pub request_path_us: f64,
     /// From the first request reaching an idle engine core to the step that serves it: requests
@@ -96,7 +96,7 @@ pub struct HostOverhead {
 
 /// Where a host model's terms come from, one entry per fit that set some of them: vLLM's
 /// per-step terms come from the public H100 rows (`e2e::silicon::fit`), its prefill-step
-/// launch terms and request path from the H200 traces (`e2e::traces::fit_host_vllm`).
+/// launch terms and request path from the H200 traces (`e2e::host_fit::fit_host_vllm`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Provenance {
