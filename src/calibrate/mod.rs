@@ -5,6 +5,7 @@
 //! models never see the GPU they predict (leave-one-GPU-out); `roofline` is SOL over one
 //! constant efficiency per op class.
 
+pub mod base;
 pub mod dataset;
 pub mod features;
 pub mod gbdt;

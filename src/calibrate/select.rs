@@ -192,7 +192,7 @@ fn inner_check<'a>(
 mod tests {
     use crate::kernels::cost::Routing;
     use super::*;
-    use crate::calibrate::model::TwoResourceBase;
+    use crate::calibrate::base::TwoResourceBase;
     use crate::hardware::load_gpu;
     use crate::perf::sol::sol;
     use crate::schema::{Dtype, Kernel};
