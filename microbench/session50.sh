@@ -3,9 +3,12 @@
 #   1. CUPTI kernel profile of long-prompt CUDA-graph decode (microbench/e2e/decode_kernels.py:
 #      llama-3.2-1b and qwen3-0.6b at 1 x 8,192 and 4 x 8,192 prompt tokens), the check of the
 #      8-12 % single-sequence shortfall of calibration/traces/h200_sxm_longctx49/;
-#   2. plan eager_blind47 (the eager engine, four models) with host probes before and after, so
-#      that eager runs on this GPU carry the host speed they ran at;
+#   2. plan eager50 (the eager engine: its three calibration lines and four held-out models, two
+#      grid runs each) with host probes before and after, and cuDNN's plan-build time per head
+#      layout (microbench/e2e/sdpa_plan_probe.py), so that the eager runs carry the host speed
+#      they ran at and the plan term its own measurement;
 #   3. if time remains: the owed static MoE decode profile (microbench/owed_measurements.sh stage 4).
+# Predictions registered before the call: microbench/predictions/session50.md.
 set -u
 source microbench/record_host.sh
 S="$OUT/s50"
@@ -13,11 +16,13 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
 record_machine "$S"
 record_probe "$S/probe_0.json"
-PYTHONUNBUFFERED=1 timeout 160 python3 microbench/e2e/decode_kernels.py --out "$S/dk" \
+PYTHONUNBUFFERED=1 timeout 150 python3 microbench/e2e/decode_kernels.py --out "$S/dk" \
   --models llama-3.2-1b,qwen3-0.6b --workloads grid_i8192_o64_c1,grid_i8192_o64_c4 > "$S/dk.log" 2>&1
 echo "decode kernels rc=$? at ${SECONDS} s"; tail -3 "$S/dk.log"
 record_probe "$S/eager_probe_0.json"
-PYTHONUNBUFFERED=1 timeout 285 python3 microbench/e2e/harness.py --plan eager_blind47 --out "$S/eager" > "$S/eager.log" 2>&1
+timeout 40 python3 microbench/e2e/sdpa_plan_probe.py --out "$S/sdpa_plan_probe.json" > "$S/sdpa_plan_probe.log" 2>&1
+echo "sdpa plan probe rc=$? at ${SECONDS} s"; tail -12 "$S/sdpa_plan_probe.log"
+PYTHONUNBUFFERED=1 timeout 340 python3 microbench/e2e/harness.py --plan eager50 --out "$S/eager" > "$S/eager.log" 2>&1
 echo "eager rc=$? at ${SECONDS} s"; tail -3 "$S/eager.log"
 record_probe "$S/eager_probe_1.json"
 left=$(( 555 - SECONDS ))
