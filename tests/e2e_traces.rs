@@ -288,7 +288,7 @@ fn target_sweeps(folder: &str, engine: &str, split: &'static str) -> Vec<kernels
             let measured = measured_metrics(run);
             let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
             let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
-            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), gpu: m.gpu.clone(), host_probe_ns: m.host_probe_ns, split, tier: "target", measured, predicted, ape, evictions: None });
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), gpu: m.gpu.clone(), host_probe_ns: m.host_probe_ns, capture_scale: None, split, tier: "target", measured, predicted, ape, evictions: None });
         }
     }
     kernelsight::e2e::load_sweep::find(&models, &runs)
@@ -560,4 +560,45 @@ fn each_folder_carries_its_hosts_probe_reading() {
     std::fs::write(tmp.path().join("env-x.json"), r#"{"gpu": "NVIDIA H200", "host_probe": [{"python_loop_ns": -3}]}"#).unwrap();
     let e = format!("{:#}", kernelsight::e2e::traces::folder_host_probe_ns(tmp.path()).unwrap_err());
     assert!(e.contains("env-x.json") && e.contains("python_loop_ns"), "{e}");
+}
+
+#[test]
+fn capture_cost_follows_the_host_probe_on_a_call_left_out_of_the_fit() {
+    use kernelsight::e2e::host_fit::{call_of, fit_capture_probe_scaling};
+    let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces");
+    let host = fit_host_cudagraph(&load_dir(&traces.join("h200_sxm_host_probe")).unwrap(), Tier::Target).unwrap();
+    // Probed H100 capture sweeps: fast hosts (53-61 ns) and slow ones (104-118 ns).
+    let mut models = Vec::new();
+    for set in ["h100_sxm_capture_sweep37", "h100_sxm_capture_sweep37b", "h100_sxm_capture_sweep38", "h100_sxm_capture_sweep40b", "h100_sxm_capture_sweep41"] {
+        models.extend(load_dir(&traces.join(set)).unwrap());
+    }
+    let fast = load_dir(&traces.join("h100_sxm_capture_sweep44")).unwrap();
+    let probe_ns = fast[0].host_probe_ns.expect("the sweep records its probe");
+    assert!(probe_ns < 60.0, "{probe_ns}");
+    let sc = fit_capture_probe_scaling(&models, Tier::Target, &host, None).unwrap().expect("five probed calls");
+    assert!(sc.exponent > 0.2 && sc.exponent < 1.2 && sc.reference_ns > probe_ns, "{sc:?}");
+    // On the fast host left out of the fit, its capturing steps sit closer to the scaled terms.
+    let scaled = host.with_capture_scaled(sc.factor(probe_ns));
+    let (mut plain_err, mut scaled_err) = (vec![], vec![]);
+    for m in &fast {
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.graphs.is_some()) {
+            assert!(models.iter().all(|o| o.runs.iter().all(|r| call_of(r) != call_of(run))));
+            let (p, q) = (predictor_for(m, run, Tier::Target, host.clone()).unwrap(), predictor_for(m, run, Tier::Target, scaled.clone()).unwrap());
+            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
+                let batch = logged_step_batch(s);
+                let ((a, captured), (b, _)) = (p.step_time_and_capture(&batch), q.step_time_and_capture(&batch));
+                if captured.is_some() {
+                    let measured_us = (s.end_s - s.start_s) * 1e6;
+                    plain_err.push((measured_us / a.total_us).ln().abs());
+                    scaled_err.push((measured_us / b.total_us).ln().abs());
+                }
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (plain, scaled) = (median(&mut plain_err), median(&mut scaled_err));
+    assert!(plain_err.len() >= 20 && scaled < plain, "{} capturing steps: median |ln error| {plain:.3} unscaled, {scaled:.3} scaled", plain_err.len());
 }

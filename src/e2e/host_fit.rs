@@ -8,6 +8,7 @@ use super::replay::{logged_step_batch, predictor_for, replay};
 use super::traces::{TraceEngine, TraceModel, TraceRequest, TraceRun, CALIBRATION_FAMILIES, VLLM_CALIBRATION_MODELS, measured_metrics};
 use crate::perf::host::{CaptureLoad, HostOverhead, Provenance};
 use crate::perf::{StepTimeModel, Tier};
+use std::collections::BTreeMap;
 use crate::quantile::quantile;
 use anyhow::{bail, Result};
 
@@ -319,3 +320,81 @@ pub fn with_tp_hooks(mut host: HostOverhead, tp_hooks_us: f64) -> HostOverhead {
     host
 }
 
+
+/// The device call a run belongs to: its key's first segment (the harness's start time).
+pub fn call_of(run: &TraceRun) -> &str {
+    run.key.split('/').next().unwrap_or_default()
+}
+
+/// How the CUDA-graph capture terms scale with the host-speed probe: capture is host and driver
+/// work, and the same captures took 0.5-1.1x the H200-fitted time on lent H100 machines, faster
+/// on hosts whose probe reads faster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaptureProbeScaling {
+    /// Probe reading (`python_loop_ns`) of a host that captures as the fitted terms say.
+    pub reference_ns: f64,
+    /// Capture terms x (probe / reference) ^ exponent.
+    pub exponent: f64,
+    pub calls: usize,
+    pub steps: usize,
+}
+
+impl CaptureProbeScaling {
+    pub fn factor(&self, probe_ns: f64) -> f64 {
+        (probe_ns / self.reference_ns).powf(self.exponent)
+    }
+}
+
+/// Fits `CaptureProbeScaling` on the capturing steps of the probed CUDA-graph runs (every run
+/// whose folder records a probe reading), except those of device call `leave_out`: a grid
+/// over the exponent (0 to 1.5 by 0.02) and the reference (40 to 250 ns by 1 ns), least mean
+/// over calls of each call's median |ln(measured / predicted)| capturing step, where the
+/// predicted step is `host`'s with its capture terms scaled. None with fewer than three calls.
+pub fn fit_capture_probe_scaling(models: &[TraceModel], tier: Tier, host: &HostOverhead, leave_out: Option<&str>) -> Result<Option<CaptureProbeScaling>> {
+    // Per call: (probe, [(measured us, predicted us but the capture extra, GPU us, capture load)]).
+    let mut calls: BTreeMap<&str, (f64, Vec<(f64, f64, f64, CaptureLoad)>)> = BTreeMap::new();
+    for m in models {
+        let Some(probe_ns) = m.host_probe_ns else { continue };
+        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_some()) {
+            let call = call_of(run);
+            if Some(call) == leave_out {
+                continue;
+            }
+            let p = predictor_for(m, run, tier, host.clone())?;
+            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
+                let (cost, capture) = p.step_time_and_capture(&logged_step_batch(s));
+                if let Some(load) = capture {
+                    // Under CUDA graphs every host term of a step is in `host_us`.
+                    let gpu_us = cost.total_us - cost.host_us;
+                    let rest = cost.total_us - host.capture_extra_us(gpu_us, &load);
+                    calls.entry(call).or_insert((probe_ns, vec![])).1.push(((s.end_s - s.start_s) * 1e6, rest, gpu_us, load));
+                }
+            }
+        }
+    }
+    if calls.len() < 3 {
+        return Ok(None);
+    }
+    let mut best: Option<(f64, CaptureProbeScaling)> = None;
+    for e in 0..=75 {
+        let exponent = e as f64 * 0.02;
+        for r in 40..=250 {
+            let reference_ns = r as f64;
+            let mut per_call = Vec::with_capacity(calls.len());
+            for (probe_ns, steps) in calls.values() {
+                let scaled = host.with_capture_scaled((probe_ns / reference_ns).powf(exponent));
+                let errs: Vec<f64> = steps.iter().map(|(meas, rest, gpu, load)| (meas / (rest + scaled.capture_extra_us(*gpu, load))).ln().abs()).collect();
+                per_call.push(crate::quantile::median(&errs));
+            }
+            let err = per_call.iter().sum::<f64>() / per_call.len() as f64;
+            if best.as_ref().map_or(true, |(b, _)| err < *b) {
+                let steps = calls.values().map(|(_, s)| s.len()).sum();
+                best = Some((err, CaptureProbeScaling { reference_ns, exponent, calls: calls.len(), steps }));
+            }
+            if exponent == 0.0 {
+                break; // the reference does not matter without an exponent
+            }
+        }
+    }
+    Ok(best.map(|(_, s)| s))
+}

@@ -2,7 +2,7 @@
 //! models fitted on the calibration runs, splits the runs into calibration and held-out sets and
 //! aggregates the errors per split and metric.
 
-use super::host_fit::{fit_host, fit_host_cudagraph, with_tp_hooks};
+use super::host_fit::{call_of, fit_capture_probe_scaling, fit_host, fit_host_cudagraph, with_tp_hooks, CaptureProbeScaling};
 use super::replay::{measured_evictions, replay, Replayed};
 use super::stats::{ape, ErrorStats};
 use super::traces::{load_dir, measured_metrics, TraceEngine, TraceModel, TraceRun, METRICS, VLLM_CALIBRATION_MODELS};
@@ -56,6 +56,8 @@ pub struct RunResult {
     /// Spec-sheet id of the GPU it ran on and its host's probe reading (`TraceModel`).
     pub gpu: String,
     pub host_probe_ns: Option<f64>,
+    /// What the probe-scaled capture terms were multiplied by (probed CUDA-graph runs only).
+    pub capture_scale: Option<f64>,
     pub split: &'static str,
     pub tier: &'static str,
     pub measured: BTreeMap<&'static str, f64>,
@@ -112,6 +114,9 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
         let host = if any_eager { Some(with_tp_hooks(fit_host(models, tier, host_cg.as_ref())?, tp_hooks_us)) } else { None };
+        // A probed call's CUDA-graph runs capture at its probe's speed, the scaling fitted on
+        // the other probed calls' capturing steps (leave one call out).
+        let mut scaling_without: BTreeMap<&str, Option<CaptureProbeScaling>> = BTreeMap::new();
         for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = match (run.engine, run.graphs.is_some()) {
@@ -120,6 +125,25 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                     (TraceEngine::Hf, false) => &host,
                 };
                 let h = h.as_ref().expect("a host model for every mode with runs");
+                let probed;
+                let mut capture_scale = None;
+                let h = match (m.host_probe_ns, run.engine, run.graphs.is_some()) {
+                    (Some(probe_ns), TraceEngine::Hf, true) => {
+                        let call = call_of(run);
+                        if !scaling_without.contains_key(call) {
+                            scaling_without.insert(call, fit_capture_probe_scaling(models, tier, h, Some(call))?);
+                        }
+                        match scaling_without[call] {
+                            Some(sc) => {
+                                capture_scale = Some(sc.factor(probe_ns));
+                                probed = h.with_capture_scaled(sc.factor(probe_ns));
+                                &probed
+                            }
+                            None => h,
+                        }
+                    }
+                    _ => h,
+                };
                 let Replayed { metrics: predicted, describe, preemptions, .. } = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
                 let measured = measured_metrics(run);
@@ -130,6 +154,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                     run: run.key.clone(),
                     gpu: m.gpu.clone(),
                     host_probe_ns: m.host_probe_ns,
+                    capture_scale,
                     split: split_of(m, run),
                     tier: tier.as_str(),
                     measured,
@@ -142,7 +167,19 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
         if let Some(h) = host {
             report.host_fits.insert(tier.as_str().to_string(), h);
         }
-        if let Some(h) = host_cg {
+        if let Some(mut h) = host_cg {
+            if let Some(sc) = fit_capture_probe_scaling(models, tier, &h, None)? {
+                h.probe_python_loop_ns = Some(sc.reference_ns);
+                h.capture_probe_exponent = Some(sc.exponent);
+                h.source.probe_reference = format!(
+                    "capture terms x (probe / {:.0} ns) ^ {:.2}: fitted by `validate e2e` on {} capturing steps of {} probed device calls (tier {}); each probed call is replayed with the scaling fitted on the others",
+                    sc.reference_ns,
+                    sc.exponent,
+                    sc.steps,
+                    sc.calls,
+                    tier.as_str()
+                );
+            }
             report.host_fits.insert(format!("{}/cudagraph", tier.as_str()), h);
         }
         if models.iter().any(|m| m.runs.iter().any(|r| r.engine == TraceEngine::Vllm)) {
@@ -203,8 +240,8 @@ impl TracesReport {
     }
 
     /// Runs on GPUs and machines nothing was fitted on, by device call: how far the predicted
-    /// TTFT and TPOT sit from the measured ones next to the call's host-probe reading (the
-    /// host terms carry the machines they were fitted on).
+    /// TTFT and TPOT sit from the measured ones next to the call's host-probe reading and the
+    /// factor its CUDA-graph captures were scaled by (fitted without the call).
     fn render_other_hosts(&self) -> String {
         let tier = if self.runs.iter().any(|r| r.tier == "target") { "target" } else { self.runs.first().map_or("", |r| r.tier) };
         let mut calls: BTreeMap<(&str, &str), Vec<&RunResult>> = BTreeMap::new();
@@ -215,11 +252,12 @@ impl TracesReport {
             return String::new();
         }
         let mut s = format!("\n  runs on other GPUs and hosts, by device call [{tier}]: predicted / measured, median over runs\n");
-        s += &format!("    {:<22} {:<10} {:>13} {:>5} {:>9} {:>9}\n", "call", "gpu", "host probe ns", "runs", "TTFT p50", "TPOT p50");
+        s += &format!("    {:<22} {:<10} {:>13} {:>9} {:>5} {:>9} {:>9}\n", "call", "gpu", "host probe ns", "capture x", "runs", "TTFT p50", "TPOT p50");
         for ((call, gpu), rows) in calls {
             let ratio = |k: &str| crate::quantile::median(&rows.iter().map(|r| r.predicted[k] / r.measured[k]).collect::<Vec<_>>());
             let probe = rows[0].host_probe_ns.map_or("-".to_string(), |ns| format!("{ns:.0}"));
-            s += &format!("    {:<22} {:<10} {:>13} {:>5} {:>8.2}x {:>8.2}x\n", call, gpu, probe, rows.len(), ratio("ttft_p50"), ratio("tpot_p50"));
+            let scale = rows.iter().find_map(|r| r.capture_scale).map_or("-".to_string(), |f| format!("{f:.2}"));
+            s += &format!("    {:<22} {:<10} {:>13} {:>9} {:>5} {:>8.2}x {:>8.2}x\n", call, gpu, probe, scale, rows.len(), ratio("ttft_p50"), ratio("tpot_p50"));
         }
         s
     }

@@ -90,6 +90,12 @@ pub struct HostOverhead {
     /// none where no probed machine was checked against the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_python_loop_ns: Option<f64>,
+    /// Where set, a probed host scales only the CUDA-graph capture terms, by (its reading /
+    /// `probe_python_loop_ns`) to this power, and leaves the other terms as they are: capture
+    /// cost, host and driver work, follows the probe less than linearly across machines
+    /// (`e2e::host_fit::fit_capture_probe_scaling`). Unset: every term scales linearly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_probe_exponent: Option<f64>,
     /// Where the figures come from.
     pub source: Provenance,
 }
@@ -127,6 +133,9 @@ impl std::fmt::Display for Provenance {
         write!(f, "{}", self.step_terms)?;
         if !self.launch_terms.is_empty() {
             write!(f, "; launch terms and request path: {}", self.launch_terms)?;
+        }
+        if !self.probe_reference.is_empty() {
+            write!(f, "; host probe: {}", self.probe_reference)?;
         }
         if !self.adjusted.is_empty() {
             write!(f, "; {}", self.adjusted)?;
@@ -206,6 +215,7 @@ impl HostOverhead {
             request_path_us: 0.0,
             idle_wake_us: 0.0,
             probe_python_loop_ns: None,
+            capture_probe_exponent: None,
             source: Provenance::of("none"),
         }
     }
@@ -242,6 +252,16 @@ impl HostOverhead {
             );
         };
         let factor = probe.factor_against(reference);
+        if let Some(exponent) = self.capture_probe_exponent {
+            let capture = factor.powf(exponent);
+            let mut h = self.with_capture_scaled(capture);
+            h.source.adjusted = format!(
+                "CUDA-graph capture terms x {capture:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1}, to the power {exponent:.2})",
+                probe.median_python_loop_ns(),
+                probe.python_loop_ns.len()
+            );
+            return Ok(h);
+        }
         let mut h = self.scaled(factor)?;
         h.source.adjusted = format!(
             "every term x {factor:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1} on the reference machines)",
@@ -249,6 +269,15 @@ impl HostOverhead {
             probe.python_loop_ns.len()
         );
         Ok(h)
+    }
+
+    /// The CUDA-graph capture terms times `factor`, every other term as it is.
+    pub fn with_capture_scaled(&self, factor: f64) -> HostOverhead {
+        let mut h = self.clone();
+        h.graph_capture_us *= factor;
+        h.graph_capture_per_kernel_us *= factor;
+        h.graph_capture_per_m_activations_us *= factor;
+        h
     }
 
     /// Every time term with its field name: what `scaled` multiplies and `validate` checks.
@@ -370,6 +399,14 @@ impl HostOverhead {
                 bail!("{origin}: field 'probe_python_loop_ns' must be a positive number of nanoseconds, got {ns}");
             }
         }
+        if let Some(e) = self.capture_probe_exponent {
+            if !(e >= 0.0 && e.is_finite()) {
+                bail!("{origin}: field 'capture_probe_exponent' must be a non-negative finite number, got {e}");
+            }
+            if self.probe_python_loop_ns.is_none() {
+                bail!("{origin}: field 'capture_probe_exponent' needs 'probe_python_loop_ns', the reading it scales against");
+            }
+        }
         Ok(())
     }
 
@@ -435,6 +472,30 @@ mod tests {
         assert!(e.contains("probe_python_loop_ns") && e.contains("--host-scale"), "{e}");
         let bad = HostOverhead { probe_python_loop_ns: Some(0.0), ..HostOverhead::zero() };
         assert!(bad.validate("x.json").unwrap_err().to_string().contains("probe_python_loop_ns"));
+    }
+
+    #[test]
+    fn a_probed_host_scales_only_the_capture_terms_where_the_model_says_so() {
+        // Reference 125 ns, exponent 0.5: a 4x faster host (31.25 ns) captures in half the time.
+        let h = HostOverhead {
+            per_step_us: 1_000.0,
+            graph_capture_us: 60_000.0,
+            graph_capture_per_kernel_us: 30.0,
+            probe_python_loop_ns: Some(125.0),
+            capture_probe_exponent: Some(0.5),
+            ..HostOverhead::zero()
+        };
+        let s = h.at_speed(&HostSpeed::Probe(HostProbe { python_loop_ns: vec![31.25] })).unwrap();
+        assert_eq!((s.graph_capture_us, s.graph_capture_per_kernel_us, s.per_step_us), (30_000.0, 15.0, 1_000.0));
+        assert!(s.source.adjusted.contains("capture terms x 0.500"), "{}", s.source.adjusted);
+        // At the reference reading nothing moves.
+        let same = h.at_speed(&HostSpeed::Probe(HostProbe { python_loop_ns: vec![125.0] })).unwrap();
+        assert_eq!(same.graph_capture_us, h.graph_capture_us);
+        // An exponent with no reading to scale against is a broken file.
+        let e = HostOverhead { probe_python_loop_ns: None, ..h.clone() }.validate("hf-cudagraph.json").unwrap_err().to_string();
+        assert!(e.contains("hf-cudagraph.json") && e.contains("capture_probe_exponent") && e.contains("probe_python_loop_ns"), "{e}");
+        let e = HostOverhead { capture_probe_exponent: Some(-1.0), ..h }.validate("x.json").unwrap_err().to_string();
+        assert!(e.contains("capture_probe_exponent"), "{e}");
     }
 
     #[test]
