@@ -114,9 +114,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
         let host = if any_eager { Some(with_tp_hooks(fit_host(models, tier, host_cg.as_ref())?, tp_hooks_us)) } else { None };
-        // A probed call's CUDA-graph runs capture at its probe's speed, the scaling fitted on
-        // the other probed calls' capturing steps (leave one call out).
-        let mut scaling_without: BTreeMap<&str, Option<CaptureProbeScaling>> = BTreeMap::new();
+        let mut capture_scales = CaptureScales::default();
         for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = match (run.engine, run.graphs.is_some()) {
@@ -125,24 +123,17 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                     (TraceEngine::Hf, false) => &host,
                 };
                 let h = h.as_ref().expect("a host model for every mode with runs");
-                let probed;
-                let mut capture_scale = None;
-                let h = match (m.host_probe_ns, run.engine, run.graphs.is_some()) {
-                    (Some(probe_ns), TraceEngine::Hf, true) => {
-                        let call = call_of(run);
-                        if !scaling_without.contains_key(call) {
-                            scaling_without.insert(call, fit_capture_probe_scaling(models, tier, h, Some(call))?);
-                        }
-                        match scaling_without[call] {
-                            Some(sc) => {
-                                capture_scale = Some(sc.factor(probe_ns));
-                                probed = h.with_capture_scaled(sc.factor(probe_ns));
-                                &probed
-                            }
-                            None => h,
-                        }
+                let capture_scale = match (m.host_probe_ns, run.engine, run.graphs.is_some()) {
+                    (Some(probe_ns), TraceEngine::Hf, true) => capture_scales.factor(models, tier, h, run, probe_ns)?,
+                    _ => None,
+                };
+                let scaled;
+                let h = match capture_scale {
+                    Some(f) => {
+                        scaled = h.with_capture_scaled(f);
+                        &scaled
                     }
-                    _ => h,
+                    None => h,
                 };
                 let Replayed { metrics: predicted, describe, preemptions, .. } = replay(m, run, tier, h)?;
                 report.kernel_models.insert(tier.as_str(), describe);
@@ -193,6 +184,22 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
     }
     report.load_sweeps = super::load_sweep::find(&models, &report.runs);
     Ok(report)
+}
+
+/// A probed call's CUDA-graph runs capture at its probe's speed, by the scaling fitted on the
+/// other probed calls' capturing steps (leave one call out), one fit per call.
+#[derive(Default)]
+struct CaptureScales(BTreeMap<String, Option<CaptureProbeScaling>>);
+
+impl CaptureScales {
+    /// The factor on `run`'s capture terms; None where too few other calls were probed.
+    fn factor(&mut self, models: &[TraceModel], tier: Tier, host: &HostOverhead, run: &TraceRun, probe_ns: f64) -> Result<Option<f64>> {
+        let call = call_of(run);
+        if !self.0.contains_key(call) {
+            self.0.insert(call.to_string(), fit_capture_probe_scaling(models, tier, host, Some(call))?);
+        }
+        Ok(self.0[call].map(|sc| sc.factor(probe_ns)))
+    }
 }
 
 impl TracesReport {
