@@ -564,7 +564,7 @@ fn each_folder_carries_its_hosts_probe_reading() {
 
 #[test]
 fn capture_cost_follows_the_host_probe_on_a_call_left_out_of_the_fit() {
-    use kernelsight::e2e::host_fit::{call_of, fit_capture_probe_scaling};
+    use kernelsight::e2e::host_fit::{call_of, ProbedCaptures};
     let traces = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/traces");
     let host = fit_host_cudagraph(&load_dir(&traces.join("h200_sxm_host_probe")).unwrap(), Tier::Target).unwrap();
     // Probed H100 capture sweeps: fast hosts (53-61 ns) and slow ones (104-118 ns).
@@ -575,7 +575,7 @@ fn capture_cost_follows_the_host_probe_on_a_call_left_out_of_the_fit() {
     let fast = load_dir(&traces.join("h100_sxm_capture_sweep44")).unwrap();
     let probe_ns = fast[0].host_probe_ns.expect("the sweep records its probe");
     assert!(probe_ns < 60.0, "{probe_ns}");
-    let sc = fit_capture_probe_scaling(&models, Tier::Target, &host, None).unwrap().expect("five probed calls");
+    let sc = ProbedCaptures::collect(&models, Tier::Target, &host).unwrap().fit(None).expect("five probed calls");
     assert!(sc.exponent > 0.2 && sc.exponent < 1.2 && sc.reference_ns > probe_ns, "{sc:?}");
     // On the fast host left out of the fit, its capturing steps sit closer to the scaled terms.
     let scaled = host.with_capture_scaled(sc.factor(probe_ns));

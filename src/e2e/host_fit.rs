@@ -345,56 +345,77 @@ impl CaptureProbeScaling {
     }
 }
 
-/// Fits `CaptureProbeScaling` on the capturing steps of the probed CUDA-graph runs (every run
-/// whose folder records a probe reading), except those of device call `leave_out`: a grid
-/// over the exponent (0 to 1.5 by 0.02) and the reference (40 to 250 ns by 1 ns), least mean
-/// over calls of each call's median |ln(measured / predicted)| capturing step, where the
-/// predicted step is `host`'s with its capture terms scaled. None with fewer than three calls.
-pub fn fit_capture_probe_scaling(models: &[TraceModel], tier: Tier, host: &HostOverhead, leave_out: Option<&str>) -> Result<Option<CaptureProbeScaling>> {
-    // Per call: (probe, [(measured us, predicted us but the capture extra, GPU us, capture load)]).
-    let mut calls: BTreeMap<&str, (f64, Vec<(f64, f64, f64, CaptureLoad)>)> = BTreeMap::new();
-    for m in models {
-        let Some(probe_ns) = m.host_probe_ns else { continue };
-        for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_some()) {
-            let call = call_of(run);
-            if Some(call) == leave_out {
-                continue;
-            }
-            let p = predictor_for(m, run, tier, host.clone())?;
-            for s in run.steps.iter().filter(|s| s.num_requests > 0) {
-                let (cost, capture) = p.step_time_and_capture(&logged_step_batch(s));
-                if let Some(load) = capture {
-                    // Under CUDA graphs every host term of a step is in `host_us`.
-                    let gpu_us = cost.total_us - cost.host_us;
-                    let rest = cost.total_us - host.capture_extra_us(gpu_us, &load);
-                    calls.entry(call).or_insert((probe_ns, vec![])).1.push(((s.end_s - s.start_s) * 1e6, rest, gpu_us, load));
+/// The capturing steps of the probed CUDA-graph runs (every run whose folder records a probe
+/// reading), per device call, as `host` predicts them: what `fit` fits on. Collected once, so
+/// that one fit per left-out call does not replay the runs again.
+pub struct ProbedCaptures<'a> {
+    host: HostOverhead,
+    /// Per call: its probe reading and its capturing steps.
+    calls: BTreeMap<&'a str, (f64, Vec<CaptureStep>)>,
+}
+
+struct CaptureStep {
+    measured_us: f64,
+    /// The predicted step but its capture extra.
+    rest_us: f64,
+    gpu_us: f64,
+    load: CaptureLoad,
+}
+
+impl<'a> ProbedCaptures<'a> {
+    pub fn collect(models: &'a [TraceModel], tier: Tier, host: &HostOverhead) -> Result<ProbedCaptures<'a>> {
+        let mut calls: BTreeMap<&str, (f64, Vec<CaptureStep>)> = BTreeMap::new();
+        for m in models {
+            let Some(probe_ns) = m.host_probe_ns else { continue };
+            for run in m.runs.iter().filter(|r| r.status == "ok" && r.engine == TraceEngine::Hf && r.tp == 1 && r.graphs.is_some()) {
+                let p = predictor_for(m, run, tier, host.clone())?;
+                for s in run.steps.iter().filter(|s| s.num_requests > 0) {
+                    let (cost, capture) = p.step_time_and_capture(&logged_step_batch(s));
+                    if let Some(load) = capture {
+                        // Under CUDA graphs every host term of a step is in `host_us`.
+                        let gpu_us = cost.total_us - cost.host_us;
+                        let rest_us = cost.total_us - host.capture_extra_us(gpu_us, &load);
+                        let step = CaptureStep { measured_us: (s.end_s - s.start_s) * 1e6, rest_us, gpu_us, load };
+                        calls.entry(call_of(run)).or_insert((probe_ns, vec![])).1.push(step);
+                    }
                 }
             }
         }
+        Ok(ProbedCaptures { host: host.clone(), calls })
     }
-    if calls.len() < 3 {
-        return Ok(None);
-    }
-    let mut best: Option<(f64, CaptureProbeScaling)> = None;
-    for e in 0..=75 {
-        let exponent = e as f64 * 0.02;
-        for r in 40..=250 {
-            let reference_ns = r as f64;
-            let mut per_call = Vec::with_capacity(calls.len());
-            for (probe_ns, steps) in calls.values() {
-                let scaled = host.with_capture_scaled((probe_ns / reference_ns).powf(exponent));
-                let errs: Vec<f64> = steps.iter().map(|(meas, rest, gpu, load)| (meas / (rest + scaled.capture_extra_us(*gpu, load))).ln().abs()).collect();
-                per_call.push(crate::quantile::median(&errs));
-            }
-            let err = per_call.iter().sum::<f64>() / per_call.len() as f64;
-            if best.as_ref().map_or(true, |(b, _)| err < *b) {
-                let steps = calls.values().map(|(_, s)| s.len()).sum();
-                best = Some((err, CaptureProbeScaling { reference_ns, exponent, calls: calls.len(), steps }));
-            }
-            if exponent == 0.0 {
-                break; // the reference does not matter without an exponent
+
+    /// Fits `CaptureProbeScaling` on every call but `leave_out`: a grid over the exponent (0 to
+    /// 1.5 by 0.02) and the reference (40 to 250 ns by 1 ns), least mean over calls of each
+    /// call's median |ln(measured / predicted)| capturing step, the predicted step with its
+    /// capture terms scaled. None with fewer than three calls.
+    pub fn fit(&self, leave_out: Option<&str>) -> Option<CaptureProbeScaling> {
+        let calls: Vec<&(f64, Vec<CaptureStep>)> = self.calls.iter().filter(|(c, _)| Some(**c) != leave_out).map(|(_, v)| v).collect();
+        if calls.len() < 3 {
+            return None;
+        }
+        let steps = calls.iter().map(|(_, s)| s.len()).sum();
+        let mut best: Option<(f64, CaptureProbeScaling)> = None;
+        for e in 0..=75 {
+            let exponent = e as f64 * 0.02;
+            for r in 40..=250 {
+                let reference_ns = r as f64;
+                let per_call: Vec<f64> = calls
+                    .iter()
+                    .map(|(probe_ns, steps)| {
+                        let scaled = self.host.with_capture_scaled((probe_ns / reference_ns).powf(exponent));
+                        let errs: Vec<f64> = steps.iter().map(|s| (s.measured_us / (s.rest_us + scaled.capture_extra_us(s.gpu_us, &s.load))).ln().abs()).collect();
+                        crate::quantile::median(&errs)
+                    })
+                    .collect();
+                let err = per_call.iter().sum::<f64>() / per_call.len() as f64;
+                if best.as_ref().map_or(true, |(b, _)| err < *b) {
+                    best = Some((err, CaptureProbeScaling { reference_ns, exponent, calls: calls.len(), steps }));
+                }
+                if exponent == 0.0 {
+                    break; // the reference does not matter without an exponent
+                }
             }
         }
+        best.map(|(_, s)| s)
     }
-    Ok(best.map(|(_, s)| s))
 }

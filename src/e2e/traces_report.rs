@@ -2,7 +2,7 @@
 //! models fitted on the calibration runs, splits the runs into calibration and held-out sets and
 //! aggregates the errors per split and metric.
 
-use super::host_fit::{call_of, fit_capture_probe_scaling, fit_host, fit_host_cudagraph, with_tp_hooks, CaptureProbeScaling};
+use super::host_fit::{call_of, fit_host, fit_host_cudagraph, with_tp_hooks, ProbedCaptures};
 use super::replay::{measured_evictions, replay, Replayed};
 use super::stats::{ape, ErrorStats};
 use super::traces::{load_dir, measured_metrics, TraceEngine, TraceModel, TraceRun, METRICS, VLLM_CALIBRATION_MODELS};
@@ -114,6 +114,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
     for &tier in tiers {
         let host_cg = if any_graphs { Some(fit_host_cudagraph(models, tier)?) } else { None };
         let host = if any_eager { Some(with_tp_hooks(fit_host(models, tier, host_cg.as_ref())?, tp_hooks_us)) } else { None };
+        let probed = host_cg.as_ref().map(|h| ProbedCaptures::collect(models, tier, h)).transpose()?;
         let mut capture_scales = CaptureScales::default();
         for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
@@ -124,7 +125,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                 };
                 let h = h.as_ref().expect("a host model for every mode with runs");
                 let capture_scale = match (m.host_probe_ns, run.engine, run.graphs.is_some()) {
-                    (Some(probe_ns), TraceEngine::Hf, true) => capture_scales.factor(models, tier, h, run, probe_ns)?,
+                    (Some(probe_ns), TraceEngine::Hf, true) => capture_scales.factor(probed.as_ref().expect("collected with the CUDA-graph host"), run, probe_ns),
                     _ => None,
                 };
                 let scaled;
@@ -159,7 +160,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
             report.host_fits.insert(tier.as_str().to_string(), h);
         }
         if let Some(mut h) = host_cg {
-            if let Some(sc) = fit_capture_probe_scaling(models, tier, &h, None)? {
+            if let Some(sc) = probed.as_ref().and_then(|p| p.fit(None)) {
                 h.probe_python_loop_ns = Some(sc.reference_ns);
                 h.capture_probe_exponent = Some(sc.exponent);
                 h.source.probe_reference = format!(
@@ -189,16 +190,13 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
 /// A probed call's CUDA-graph runs capture at its probe's speed, by the scaling fitted on the
 /// other probed calls' capturing steps (leave one call out), one fit per call.
 #[derive(Default)]
-struct CaptureScales(BTreeMap<String, Option<CaptureProbeScaling>>);
+struct CaptureScales(BTreeMap<String, Option<f64>>);
 
 impl CaptureScales {
     /// The factor on `run`'s capture terms; None where too few other calls were probed.
-    fn factor(&mut self, models: &[TraceModel], tier: Tier, host: &HostOverhead, run: &TraceRun, probe_ns: f64) -> Result<Option<f64>> {
+    fn factor(&mut self, probed: &ProbedCaptures, run: &TraceRun, probe_ns: f64) -> Option<f64> {
         let call = call_of(run);
-        if !self.0.contains_key(call) {
-            self.0.insert(call.to_string(), fit_capture_probe_scaling(models, tier, host, Some(call))?);
-        }
-        Ok(self.0[call].map(|sc| sc.factor(probe_ns)))
+        *self.0.entry(call.to_string()).or_insert_with(|| probed.fit(Some(call)).map(|sc| sc.factor(probe_ns)))
     }
 }
 

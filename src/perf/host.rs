@@ -93,7 +93,7 @@ pub struct HostOverhead {
     /// Where set, a probed host scales only the CUDA-graph capture terms, by (its reading /
     /// `probe_python_loop_ns`) to this power, and leaves the other terms as they are: capture
     /// cost, host and driver work, follows the probe less than linearly across machines
-    /// (`e2e::host_fit::fit_capture_probe_scaling`). Unset: every term scales linearly.
+    /// (`e2e::host_fit::ProbedCaptures::fit`). Unset: every term scales linearly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_probe_exponent: Option<f64>,
     /// Where the figures come from.
