@@ -408,7 +408,7 @@ impl<'a> ProbedCaptures<'a> {
                     })
                     .collect();
                 let err = per_call.iter().sum::<f64>() / per_call.len() as f64;
-                if best.as_ref().map_or(true, |(b, _)| err < *b) {
+                if best.as_ref().is_none_or(|(b, _)| err < *b) {
                     best = Some((err, CaptureProbeScaling { reference_ns, exponent, calls: calls.len(), steps }));
                 }
                 if exponent == 0.0 {
