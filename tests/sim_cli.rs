@@ -310,6 +310,27 @@ fn a_host_probe_scales_the_host_model_by_its_median_reading_over_the_reference()
 }
 
 #[test]
+fn a_host_probe_moves_only_the_graph_captures_of_the_transformers_engine() {
+    let host = kernelsight::perf::host::HostOverhead::for_engine("hf-cudagraph").unwrap();
+    let reference = host.probe_python_loop_ns.expect("the shipped file records its probe reference");
+    assert!(host.capture_probe_exponent.is_some_and(|e| e > 0.0 && e < 1.0), "{:?}", host.capture_probe_exponent);
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.json");
+    // A host whose probe reads twice as fast as the reference.
+    std::fs::write(&probe, format!("{{\"python_loop_ns\": {}}}", reference / 2.0)).unwrap();
+    let base = ["--engine", "hf-cudagraph", "--model", "llama-3.2-3b", "--workload", "fixed", "--isl", "128", "--osl", "32", "--concurrency", "1", "--num-requests", "4"];
+    let plain = sim(&base).json();
+    let probed = sim(&[&base[..], &["--host-probe", probe.to_str().unwrap()]].concat()).json();
+    let ms = |j: &serde_json::Value, metric: &str, q: &str| j[metric][q].as_f64().unwrap();
+    // One client: the first request's prompt captures the graph of its shape, the later ones replay it.
+    assert!(ms(&probed, "ttft_ms", "max") < ms(&plain, "ttft_ms", "max"));
+    assert!(ms(&probed, "ttft_ms", "max") > ms(&plain, "ttft_ms", "p50"), "a capture still costs something");
+    // Replayed steps keep their host terms.
+    assert_eq!(ms(&probed, "ttft_ms", "p50"), ms(&plain, "ttft_ms", "p50"));
+    assert_eq!(ms(&probed, "tpot_ms", "p50"), ms(&plain, "tpot_ms", "p50"));
+}
+
+#[test]
 fn trtllm_serves_an_fp8_checkpoint_with_its_fp8_kv_cache() {
     use kernelsight::schema::Dtype;
     let base = ["--model", "qwen3-32b", "--gpu", "h100_sxm", "--dtype", "fp8", "--num-requests", "4", "--isl", "128", "--osl", "4"];
