@@ -402,8 +402,9 @@ impl<'a> ProbedCaptures<'a> {
                 let per_call: Vec<f64> = calls
                     .iter()
                     .map(|(probe_ns, steps)| {
-                        let scaled = self.host.with_capture_scaled((probe_ns / reference_ns).powf(exponent));
-                        let errs: Vec<f64> = steps.iter().map(|s| (s.measured_us / (s.rest_us + scaled.capture_extra_us(s.gpu_us, &s.load))).ln().abs()).collect();
+                        let factor = (probe_ns / reference_ns).powf(exponent);
+                        let errs: Vec<f64> =
+                            steps.iter().map(|s| (s.measured_us / (s.rest_us + self.host.capture_extra_scaled_us(s.gpu_us, &s.load, factor))).ln().abs()).collect();
                         crate::quantile::median(&errs)
                     })
                     .collect();

@@ -104,7 +104,7 @@ pub fn find(models: &[TraceModel], runs: &[RunResult]) -> Vec<Sweep> {
             let mut l: Vec<(u32, u32)> = run.sent.iter().map(|r| (r.prompt_tokens, r.output_tokens)).collect();
             l.sort_unstable();
             lengths.insert(run.key.clone(), l);
-            let call = run.key.split('/').next().unwrap_or_default().to_string();
+            let call = super::host_fit::call_of(run).to_string();
             families.entry((m.label.clone(), call, family)).or_default().insert(rate.to_bits(), (rate, run.key.clone()));
         }
     }

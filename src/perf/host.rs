@@ -381,11 +381,16 @@ impl HostOverhead {
     /// work), plus a fixed cost and one per activation element:
     /// `max(0, per_kernel x kernels - gpu) + per_kernel x kernels + fixed + per_activation x ...`.
     pub fn capture_extra_us(&self, gpu_us: f64, c: &CaptureLoad) -> f64 {
-        let launches = self.graph_capture_per_kernel_us * c.kernels as f64;
+        self.capture_extra_scaled_us(gpu_us, c, 1.0)
+    }
+
+    /// `capture_extra_us` with every capture term times `factor` (`with_capture_scaled`'s
+    /// model), without building that model.
+    pub fn capture_extra_scaled_us(&self, gpu_us: f64, c: &CaptureLoad, factor: f64) -> f64 {
+        let launches = factor * self.graph_capture_per_kernel_us * c.kernels as f64;
         (launches - gpu_us).max(0.0)
             + launches
-            + self.graph_capture_us
-            + self.graph_capture_per_m_activations_us * c.activations as f64 / 1e6
+            + factor * (self.graph_capture_us + self.graph_capture_per_m_activations_us * c.activations as f64 / 1e6)
     }
 
     pub fn validate(&self, origin: &str) -> Result<()> {
