@@ -447,6 +447,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         orig_sched, orig_update = bp.scheduler.schedule_batch, bp.update_batch
 
         engine_cpus = {}  # CPU -> scheduling calls there: the cores of one host differ in speed (host_speed_probe's per-CPU loop)
+        step_cpus = []  # the CPU each logged step was scheduled on: do an eager run's slow stretches follow the core?
 
         def sched(token_budget, cache_budget):
             t = time.perf_counter() - t0_box[0]
@@ -457,6 +458,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
             if reqs:
                 n_dec = sum(1 for fs in reqs if fs.query_length == 1)  # one query token: a decode step
                 steps.append([r6(t), len(reqs), n_dec, int(res[2]), int(res[3]), None])
+                step_cpus.append(cpu)
             return res
 
         def update():
@@ -534,6 +536,7 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
                 append_jsonl(os.path.join(out, "requests.jsonl"), q)
         rec["evictions"] = evictions
         rec["engine_thread_cpus"] = {str(c): n for c, n in sorted(engine_cpus.items())}
+        rec["step_cpus"] = step_cpus
         rec.update(status="ok" if n_ok == len(rows) else ("partial" if n_ok else "failed"), requests_ok=n_ok,
                    duration_s=r6(t_end - t0), steps_columns=["t_sched_s", "num_requests", "num_decode_requests",
                                                              "num_q_tokens", "max_kv_read", "t_update_done_s"],
