@@ -8,6 +8,7 @@ pub mod load_sweep;
 pub mod model_folders;
 pub mod peak_memory;
 pub mod regression;
+pub mod repeatability;
 pub mod replay;
 pub mod silicon;
 pub mod static_steps;

@@ -79,6 +79,8 @@ pub struct TracesReport {
     pub excluded: Vec<(String, String)>,
     /// Capacity from the load sweeps among the runs, measured vs replayed, per tier.
     pub load_sweeps: Vec<super::load_sweep::Sweep>,
+    /// Runs measured in more than one device call, against each other.
+    pub repeatability: Vec<super::repeatability::RepeatRow>,
 }
 
 /// Replays every complete run of the trace folders under each tier and aggregates the errors.
@@ -100,7 +102,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
 /// host model's tensor-parallel hook term (`static_steps::fit_host`, fitted on other lines).
 pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed, tp_hooks_us: f64) -> Result<TracesReport> {
     let mut report =
-        TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![] };
+        TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![], repeatability: vec![] };
     for m in models {
         for r in m.runs.iter().filter(|r| r.status != "ok") {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
@@ -184,6 +186,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
         }
     }
     report.load_sweeps = super::load_sweep::find(&models, &report.runs);
+    report.repeatability = super::repeatability::pairs(&report.runs, tiers.first().map_or("", |t| t.as_str()));
     Ok(report)
 }
 
@@ -236,6 +239,7 @@ impl TracesReport {
                 s += &format!("    [{}] {} {}: {m} vs {p}\n", r.tier, r.model, r.run);
             }
         }
+        s += &super::repeatability::render(&self.repeatability);
         s += &self.render_other_hosts();
         s += &super::load_sweep::render(&self.load_sweeps);
         for (run, why) in &self.excluded {
