@@ -107,6 +107,10 @@ pub struct OpModel {
     /// Median of SOL / measured over the op's training rows (the `Roofline` form's efficiency).
     #[serde(default = "one")]
     pub median_efficiency: f64,
+    /// The `Roofline` form's floor per kernel library: the median time of its launch-bound
+    /// training rows (`launch_floors_us`); libraries without such rows take the default floor.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub launch_floors_us: BTreeMap<String, f64>,
     pub train_rows: usize,
     pub train_gpus: Vec<String>,
     /// Models of the rows of another measurement path, by path, with bases, vocabulary and
@@ -350,6 +354,15 @@ impl OpModel {
         self
     }
 
+    /// Without the `Roofline` form's library floors, its paths' included: only that form reads them.
+    pub fn without_launch_floors(mut self) -> OpModel {
+        self.launch_floors_us.clear();
+        for sub in self.by_path.values_mut() {
+            sub.launch_floors_us.clear();
+        }
+        self
+    }
+
     /// Fits one op family on `rows` (all of op `op`); `spec` maps a GPU id to its spec. Rows of
     /// another measurement path (`model_path`) are fitted apart when rows of the main path are
     /// present too: the main rows make this model, the others `by_path[path]`.
@@ -472,6 +485,11 @@ impl OpModel {
         let mut effs: Vec<f64> =
             prepared.iter().filter(|(_, _, m, _, _)| m.kernel.op == op).map(|(_, s, m, _, _)| (s.sol_us / m.latency_us).min(1.0)).collect();
         let median_efficiency = upper_median(&mut effs).unwrap_or(1.0).max(1e-6);
+        let launch_floors_us = if op.is_collective() {
+            BTreeMap::new()
+        } else {
+            launch_floors_us(prepared.iter().filter(|(_, _, m, _, _)| m.kernel.op == op).map(|(_, s, m, _, t)| (m.backend.as_str(), s.sol_us, *t)))
+        };
         let mut x = Vec::with_capacity(prepared.len());
         let mut y = Vec::with_capacity(prepared.len());
         let mut key_ranges: BTreeMap<&str, ((f64, f64), BTreeSet<&str>)> = BTreeMap::new();
@@ -535,6 +553,7 @@ impl OpModel {
             own_corrections,
             library_gpus: eager_library_gpus,
             median_efficiency,
+            launch_floors_us,
             train_rows: rows.len(),
             train_gpus: train_gpus.into_iter().collect(),
             by_path: BTreeMap::new(),
@@ -681,7 +700,8 @@ impl OpModel {
                 // As `perf::roofline`, with this op's own efficiency.
                 let p = RooflineParams::default();
                 let latency = if self.op.is_collective() { p.collective_latency_us } else { 0.0 };
-                return (s.sol_us / self.median_efficiency + latency).max(p.launch_floor_us).max(s.sol_us);
+                let floor = self.launch_floors_us.get(backend).copied().unwrap_or(p.launch_floor_us);
+                return (s.sol_us / self.median_efficiency + latency).max(floor).max(s.sol_us);
             }
         };
         // A module row of another norm dispatch (B200's fused-kernel tables against everyone
@@ -693,6 +713,29 @@ impl OpModel {
         };
         (base * y.exp() - chain_us).max(s.sol_us)
     }
+}
+
+/// Rows whose SOL is below this are launch-bound on every GPU measured here (the collector's
+/// one-token adds: 1.2-1.5 us at a SOL of 0.01-0.2 us).
+const LAUNCH_BOUND_SOL_US: f64 = 0.25;
+
+/// Fewest launch-bound rows that give a library a floor of its own.
+const MIN_FLOOR_ROWS: usize = 3;
+
+/// Each library's launch floor: the median time of its launch-bound rows `(library, SOL us,
+/// measured us)`, where it has at least `MIN_FLOOR_ROWS` of them. A kernel library launches in
+/// about the same time on every recent GPU, where the default roofline floor (3 us) prices a
+/// 1.2 us add at 2.4x.
+fn launch_floors_us<'a>(rows: impl Iterator<Item = (&'a str, f64, f64)>) -> BTreeMap<String, f64> {
+    let mut by_library: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (library, _, t_us) in rows.filter(|(_, sol_us, _)| *sol_us < LAUNCH_BOUND_SOL_US) {
+        by_library.entry(library).or_default().push(t_us);
+    }
+    by_library
+        .into_iter()
+        .filter(|(_, times)| times.len() >= MIN_FLOOR_ROWS)
+        .filter_map(|(library, mut times)| upper_median(&mut times).map(|t| (library.to_string(), t)))
+        .collect()
 }
 
 /// Backends by decreasing row count (ties by name).
@@ -761,7 +804,7 @@ pub fn fit_set<'a>(
         .into_par_iter()
         .map(|(op, rows)| {
             let model = OpModel::fit(op, &rows, spec, params);
-            (op, if cross_gen { super::select::checked(model, &rows, spec, params) } else { model.without_issue_bound() })
+            (op, if cross_gen { super::select::checked(model, &rows, spec, params) } else { model.without_issue_bound().without_launch_floors() })
         })
         .collect();
     let trained_on: BTreeSet<String> = rows.iter().map(|m| m.gpu.clone()).collect();
@@ -1021,6 +1064,38 @@ mod tests {
         // A GDDR card's rows say nothing about HBM's streaming rate: no issue-bound base from them.
         let slow: Vec<(f64, &GpuSpec, f64)> = sizes.iter().map(|&b| (b as f64, &a40, 1e6 * b as f64 / (0.3 * a40.hbm_bytes_per_s()))).collect();
         assert!(TwoResourceBase::fit_issue_bound(&slow).is_none());
+    }
+
+    #[test]
+    fn the_roofline_form_floors_a_library_at_its_own_launch_time() {
+        use crate::hardware::load_gpu;
+        // Adds measured on the H100 by two libraries: "fast" launches in 1.2 us, "slow" in 2.5;
+        // both stream at 0.8 of SOL beyond that. Tiny adds on the H200 take the library's floor,
+        // not the default 3 us; a library with no launch-bound rows keeps the default.
+        let (h100, h200) = (load_gpu("h100_sxm").unwrap(), load_gpu("h200_sxm").unwrap());
+        let add = |tokens: u64| Kernel { num_tokens: tokens, hidden: 4096, ..Kernel::new(Op::Add, crate::schema::Dtype::Bf16) };
+        let rows_of = |backend: &str, launch_us: f64, tokens: &[u64]| -> Vec<Measurement> {
+            tokens
+                .iter()
+                .map(|&t| {
+                    let sol_us = crate::perf::sol::sol(&add(t), &h100).sol_us;
+                    let latency_us = launch_us.max(sol_us / 0.8);
+                    Measurement { routing: Routing::Uniform, kernel: add(t), gpu: h100.id.clone(), backend: backend.into(), source: "s".into(), latency_us }
+                })
+                .collect()
+        };
+        let rows = [rows_of("fast", 1.2, &[1, 2, 4, 8, 4096, 16384]), rows_of("slow", 2.5, &[1, 2, 4, 8]), rows_of("big_only", 1.0, &[8192, 16384, 32768])].concat();
+        let refs: Vec<&Measurement> = rows.iter().collect();
+        let spec = |_: &str| &h100;
+        let m = OpModel { form: Form::Roofline, ..OpModel::fit(Op::Add, &refs, &spec, &FitParams::default()) };
+        assert_eq!(m.launch_floors_us.keys().collect::<Vec<_>>(), ["fast", "slow"]);
+        let tiny = add(1);
+        assert!((m.predict_us(&tiny, &h200, Some("fast")) - 1.2).abs() < 1e-9);
+        assert!((m.predict_us(&tiny, &h200, Some("slow")) - 2.5).abs() < 1e-9);
+        assert_eq!(m.predict_us(&tiny, &h200, Some("big_only")), RooflineParams::default().launch_floor_us);
+        // The floor is only a floor: a large add still streams.
+        assert!(m.predict_us(&add(32768), &h200, Some("fast")) > 10.0);
+        assert!(m.clone().without_launch_floors().launch_floors_us.is_empty());
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str
     let gpus: BTreeSet<&str> = rows.iter().map(|m| m.gpu.as_str()).collect();
     if gpus.len() > MAX_GPUS_FOR_CHECK {
         model.two_resource.clear();
-        return model.without_issue_bound();
+        return model.without_issue_bound().without_launch_floors();
     }
     let check = inner_check(&model, rows, &gpus, spec, params);
     model.form = check.map(|c| c.best(candidates(model.op))).unwrap_or(Form::BaseOnly);
@@ -91,6 +91,9 @@ pub fn checked<'a>(mut model: OpModel, rows: &[&Measurement], spec: &dyn Fn(&str
     }
     if !matches!(model.form, Form::TwoResource | Form::BaseOnly) {
         model = model.without_issue_bound();
+    }
+    if model.form != Form::Roofline {
+        model = model.without_launch_floors();
     }
     if model.form != Form::Learned {
         model.gbdt.clear_trees();
