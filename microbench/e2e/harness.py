@@ -383,6 +383,21 @@ def warmup_failures():
 _LIBC = None
 
 
+# KS_STEP_LOOP_N > 0: time host_speed_probe's Python loop of that many iterations on the engine
+# thread before every scheduling call (about 1 ms at 10,000), so a run records its vCPU's speed
+# step by step: the eager engine's slow stretches are that vCPU slowed in place (session 51).
+STEP_LOOP_N = int(os.environ.get("KS_STEP_LOOP_N", "0"))
+
+
+def python_loop_ns(n):
+    """ns per iteration of host_speed_probe.python_loop_ns's loop (kept identical to it)."""
+    t = time.perf_counter_ns()
+    acc = 0
+    for i in range(n):
+        acc = (acc + i * 7) & 0xFFFF
+    return (time.perf_counter_ns() - t) / n
+
+
 def current_cpu():
     """The CPU the calling thread runs on (glibc sched_getcpu, a vDSO call well under a microsecond); -1 if unknown."""
     global _LIBC
@@ -448,8 +463,11 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
 
         engine_cpus = {}  # CPU -> scheduling calls there: the cores of one host differ in speed (host_speed_probe's per-CPU loop)
         step_cpus = []  # the CPU each logged step was scheduled on: do an eager run's slow stretches follow the core?
+        step_loop_ns = []  # KS_STEP_LOOP_N: the engine thread's own Python speed before each scheduling call
 
         def sched(token_budget, cache_budget):
+            # Before the step's start time, so the step's own duration stays clean.
+            loop_ns = round(python_loop_ns(STEP_LOOP_N), 2) if STEP_LOOP_N else None
             t = time.perf_counter() - t0_box[0]
             cpu = current_cpu()
             engine_cpus[cpu] = engine_cpus.get(cpu, 0) + 1
@@ -459,6 +477,8 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
                 n_dec = sum(1 for fs in reqs if fs.query_length == 1)  # one query token: a decode step
                 steps.append([r6(t), len(reqs), n_dec, int(res[2]), int(res[3]), None])
                 step_cpus.append(cpu)
+                if STEP_LOOP_N:
+                    step_loop_ns.append(loop_ns)
             return res
 
         def update():
@@ -537,6 +557,11 @@ def cb_run(model, cfg, model_name, run, engine, out, run_timeout_s, record=True)
         rec["evictions"] = evictions
         rec["engine_thread_cpus"] = {str(c): n for c, n in sorted(engine_cpus.items())}
         rec["step_cpus"] = step_cpus
+        if STEP_LOOP_N:
+            # One reading per logged step, taken just before it was scheduled: ns per iteration
+            # of host_speed_probe's python loop over KS_STEP_LOOP_N iterations.
+            rec["step_loop_ns"] = step_loop_ns
+            rec["step_loop_iterations"] = STEP_LOOP_N
         rec.update(status="ok" if n_ok == len(rows) else ("partial" if n_ok else "failed"), requests_ok=n_ok,
                    duration_s=r6(t_end - t0), steps_columns=["t_sched_s", "num_requests", "num_decode_requests",
                                                              "num_q_tokens", "max_kv_read", "t_update_done_s"],
@@ -665,6 +690,9 @@ def main():
     env["plan"] = args.plan
     env["started_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
     log(f"env: {json.dumps(env)}")
+    # Written now and again at the end: a call stopped by its own timeout keeps the record.
+    with open(os.path.join(args.out, "env.json"), "w") as f:
+        json.dump(env, f, indent=1)
     for k, entry in enumerate(plan["models"]):
         left = deadline - time.time()
         if left < plan.get("min_model_s", 25):
