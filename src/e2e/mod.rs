@@ -14,5 +14,6 @@ pub mod silicon;
 pub mod static_steps;
 pub mod stats;
 pub mod step_gpu;
+pub mod step_states;
 pub mod traces;
 pub mod traces_report;

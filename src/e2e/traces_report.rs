@@ -81,6 +81,8 @@ pub struct TracesReport {
     pub load_sweeps: Vec<super::load_sweep::Sweep>,
     /// Runs measured in more than one device call, against each other.
     pub repeatability: Vec<super::repeatability::RepeatRow>,
+    /// The eager runs' step speeds by device call, in the first tier replayed.
+    pub eager_step_states: Vec<super::step_states::CallStates>,
 }
 
 /// Replays every complete run of the trace folders under each tier and aggregates the errors.
@@ -102,7 +104,7 @@ pub fn validate(dirs: &[&Path], tiers: &[Tier]) -> Result<TracesReport> {
 /// host model's tensor-parallel hook term (`static_steps::fit_host`, fitted on other lines).
 pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &HostSpeed, tp_hooks_us: f64) -> Result<TracesReport> {
     let mut report =
-        TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![], repeatability: vec![] };
+        TracesReport { host_fits: BTreeMap::new(), kernel_models: BTreeMap::new(), runs: vec![], summary: BTreeMap::new(), excluded: vec![], load_sweeps: vec![], repeatability: vec![], eager_step_states: vec![] };
     for m in models {
         for r in m.runs.iter().filter(|r| r.status != "ok") {
             report.excluded.push((format!("{}/{}", m.label, r.key), format!("status {}: not every request finished", r.status)));
@@ -186,7 +188,9 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
         }
     }
     report.load_sweeps = super::load_sweep::find(&models, &report.runs);
-    report.repeatability = super::repeatability::pairs(&report.runs, tiers.first().map_or("", |t| t.as_str()));
+    let first_tier = tiers.first().map_or("", |t| t.as_str());
+    report.repeatability = super::repeatability::pairs(&report.runs, first_tier);
+    report.eager_step_states = super::step_states::by_call(models, &report.runs, first_tier);
     Ok(report)
 }
 
@@ -240,6 +244,7 @@ impl TracesReport {
             }
         }
         s += &super::repeatability::render(&self.repeatability);
+        s += &super::step_states::render(&self.eager_step_states, self.runs.first().map_or("", |r| r.tier));
         s += &self.render_other_hosts();
         s += &super::load_sweep::render(&self.load_sweeps);
         for (run, why) in &self.excluded {
