@@ -420,3 +420,95 @@ impl<'a> ProbedCaptures<'a> {
         best.map(|(_, s)| s)
     }
 }
+
+/// How the eager transformers engine's host terms scale with the host-speed probe: its steps are
+/// the host's (Python dispatch, cuDNN plan builds), and the same eager runs took 0.8-1.2x the
+/// H200-fitted time on lent H100 machines, in the order of their probes (session 51).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EagerProbeScaling {
+    /// Probe reading (`python_loop_ns`) of a host whose eager steps run as the fitted terms say.
+    pub reference_ns: f64,
+    /// Every host term x (probe / reference) ^ exponent.
+    pub exponent: f64,
+    pub calls: usize,
+    pub runs: usize,
+}
+
+impl EagerProbeScaling {
+    pub fn factor(&self, probe_ns: f64) -> f64 {
+        (probe_ns / self.reference_ns).powf(self.exponent)
+    }
+}
+
+/// The probed eager runs per device call: the call's probe reading and each run's measured and
+/// predicted (unscaled host) TPOT p50. An eager step is nearly all host work, so the TPOT ratio
+/// stands for the host terms' factor.
+#[derive(Default)]
+pub struct ProbedEager(BTreeMap<String, (f64, Vec<(f64, f64)>)>);
+
+impl ProbedEager {
+    pub fn add(&mut self, call: &str, probe_ns: f64, measured_tpot_ms: f64, predicted_tpot_ms: f64) {
+        self.0.entry(call.to_string()).or_insert((probe_ns, Vec::new())).1.push((measured_tpot_ms, predicted_tpot_ms));
+    }
+
+    /// The reference and exponent with the least mean over calls (each call once) of the median
+    /// |ln(predicted x factor / measured)| of its runs, on every call but `leave_out`; None with
+    /// fewer than three such calls.
+    pub fn fit(&self, leave_out: Option<&str>) -> Option<EagerProbeScaling> {
+        let calls: Vec<&(f64, Vec<(f64, f64)>)> = self.0.iter().filter(|(c, _)| Some(c.as_str()) != leave_out).map(|(_, v)| v).collect();
+        if calls.len() < 3 {
+            return None;
+        }
+        let runs = calls.iter().map(|(_, r)| r.len()).sum();
+        let mut best: Option<(f64, EagerProbeScaling)> = None;
+        for e in 0..=75 {
+            let exponent = e as f64 * 0.02;
+            for r in 40..=250 {
+                let reference_ns = r as f64;
+                let err = calls
+                    .iter()
+                    .map(|(probe_ns, runs)| {
+                        let factor = (probe_ns / reference_ns).powf(exponent);
+                        crate::quantile::median(&runs.iter().map(|(m, p)| (p * factor / m).ln().abs()).collect::<Vec<_>>())
+                    })
+                    .sum::<f64>()
+                    / calls.len() as f64;
+                if best.as_ref().is_none_or(|(b, _)| err < *b) {
+                    best = Some((err, EagerProbeScaling { reference_ns, exponent, calls: calls.len(), runs }));
+                }
+                if exponent == 0.0 {
+                    break; // the reference does not matter without an exponent
+                }
+            }
+        }
+        best.map(|(_, s)| s)
+    }
+}
+
+#[cfg(test)]
+mod eager_probe_tests {
+    use super::*;
+
+    #[test]
+    fn the_eager_probe_fit_recovers_a_power_law_and_needs_three_other_calls() {
+        // Four calls whose measured TPOT is the prediction x (80 / probe) ^ 0.6: slower hosts
+        // (higher readings) run slower. The fit, on any three, finds that law again.
+        let mut p = ProbedEager::default();
+        for (call, probe_ns) in [("a", 55.0), ("b", 70.0), ("c", 95.0), ("d", 120.0)] {
+            for predicted in [50.0, 80.0, 100.0] {
+                let measured: f64 = predicted * (probe_ns / 80.0_f64).powf(0.6);
+                p.add(call, probe_ns, measured, predicted);
+            }
+        }
+        let sc = p.fit(Some("d")).expect("three calls");
+        assert_eq!((sc.calls, sc.runs), (3, 9));
+        assert!((sc.reference_ns - 80.0).abs() <= 1.0 && (sc.exponent - 0.6).abs() < 0.03, "{sc:?}");
+        // The left-out call's runs come out within 2 % with the others' fit.
+        assert!((sc.factor(120.0) / (120.0_f64 / 80.0).powf(0.6) - 1.0).abs() < 0.02, "{sc:?}");
+        // Two calls cannot pin a reference and an exponent.
+        let mut two = ProbedEager::default();
+        two.add("a", 55.0, 40.0, 50.0);
+        two.add("b", 70.0, 45.0, 50.0);
+        assert!(two.fit(None).is_none());
+    }
+}

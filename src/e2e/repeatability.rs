@@ -82,6 +82,7 @@ mod tests {
             gpu: "h200_sxm".into(),
             host_probe_ns: None,
             capture_scale: None,
+            host_scale: None,
             split,
             tier: "target",
             predicted: measured.clone(),

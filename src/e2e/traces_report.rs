@@ -2,7 +2,7 @@
 //! models fitted on the calibration runs, splits the runs into calibration and held-out sets and
 //! aggregates the errors per split and metric.
 
-use super::host_fit::{call_of, fit_host, fit_host_cudagraph, with_tp_hooks, ProbedCaptures};
+use super::host_fit::{call_of, fit_host, fit_host_cudagraph, with_tp_hooks, EagerProbeScaling, ProbedCaptures, ProbedEager};
 use super::replay::{measured_evictions, replay, Replayed};
 use super::stats::{ape, ErrorStats};
 use super::traces::{load_dir, measured_metrics, TraceEngine, TraceModel, TraceRun, METRICS, VLLM_CALIBRATION_MODELS};
@@ -58,6 +58,8 @@ pub struct RunResult {
     pub host_probe_ns: Option<f64>,
     /// What the probe-scaled capture terms were multiplied by (probed CUDA-graph runs only).
     pub capture_scale: Option<f64>,
+    /// What every host term was multiplied by (probed eager runs only, fitted on other calls).
+    pub host_scale: Option<f64>,
     pub split: &'static str,
     pub tier: &'static str,
     pub measured: BTreeMap<&'static str, f64>,
@@ -120,6 +122,8 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
         let host = if any_eager { Some(with_tp_hooks(fit_host(models, tier, host_cg.as_ref())?, tp_hooks_us)) } else { None };
         let probed = host_cg.as_ref().map(|h| ProbedCaptures::collect(models, tier, h)).transpose()?;
         let mut capture_scales = CaptureScales::default();
+        let mut probed_eager = ProbedEager::default();
+        let mut eager_probed_runs: Vec<(usize, &TraceModel, &TraceRun)> = Vec::new();
         for m in models {
             for run in m.runs.iter().filter(|r| r.status == "ok") {
                 let h = match (run.engine, run.graphs.is_some()) {
@@ -145,12 +149,17 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                 let measured = measured_metrics(run);
                 let apes = METRICS.iter().map(|&k| (k, ape(predicted[k], measured[k]))).collect();
                 let evictions = measured_evictions(run).map(|n| (n, preemptions));
+                if let (Some(probe_ns), TraceEngine::Hf, None) = (m.host_probe_ns, run.engine, &run.graphs) {
+                    probed_eager.add(call_of(run), probe_ns, measured["tpot_p50"], predicted["tpot_p50"]);
+                    eager_probed_runs.push((report.runs.len(), m, run));
+                }
                 report.runs.push(RunResult {
                     model: m.label.clone(),
                     run: run.key.clone(),
                     gpu: m.gpu.clone(),
                     host_probe_ns: m.host_probe_ns,
                     capture_scale,
+                    host_scale: None,
                     split: split_of(m, run),
                     tier: tier.as_str(),
                     measured,
@@ -160,7 +169,34 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
                 });
             }
         }
-        if let Some(h) = host {
+        // Probed eager runs again, each with every host term scaled by the fit on the other
+        // probed calls (leave one call out), as the capture terms above.
+        if let Some(h) = host.as_ref() {
+            let mut fits: BTreeMap<&str, Option<EagerProbeScaling>> = BTreeMap::new();
+            for (idx, m, run) in eager_probed_runs {
+                let call = call_of(run);
+                let Some(sc) = *fits.entry(call).or_insert_with(|| probed_eager.fit(Some(call))) else { continue };
+                let factor = sc.factor(m.host_probe_ns.expect("collected with a probe"));
+                let predicted = replay(m, run, tier, &h.scaled(factor)?)?.metrics;
+                let r = &mut report.runs[idx];
+                r.ape = METRICS.iter().map(|&k| (k, ape(predicted[k], r.measured[k]))).collect();
+                r.predicted = predicted;
+                r.host_scale = Some(factor);
+            }
+        }
+        if let Some(mut h) = host {
+            if let Some(sc) = probed_eager.fit(None) {
+                h.probe_python_loop_ns = Some(sc.reference_ns);
+                h.probe_exponent = Some(sc.exponent);
+                h.source.probe_reference = format!(
+                    "every term x (probe / {:.0} ns) ^ {:.2}: fitted by `validate e2e` on the TPOT of {} eager runs of {} probed device calls (tier {}); each probed call is replayed with the scaling fitted on the others",
+                    sc.reference_ns,
+                    sc.exponent,
+                    sc.runs,
+                    sc.calls,
+                    tier.as_str()
+                );
+            }
             report.host_fits.insert(tier.as_str().to_string(), h);
         }
         if let Some(mut h) = host_cg {
@@ -265,12 +301,14 @@ impl TracesReport {
         if calls.is_empty() {
             return String::new();
         }
-        let mut s = format!("\n  runs on other GPUs and hosts, by device call [{tier}]: predicted / measured, median over runs\n");
-        s += &format!("    {:<22} {:<10} {:>13} {:>9} {:>5} {:>9} {:>9}\n", "call", "gpu", "host probe ns", "capture x", "runs", "TTFT p50", "TPOT p50");
+        let mut s = format!(
+            "\n  runs on other GPUs and hosts, by device call [{tier}]: predicted / measured, median over runs; scale x: what the probe scaled (CUDA graphs: the capture terms; eager: every host term), fitted without the call\n"
+        );
+        s += &format!("    {:<22} {:<10} {:>13} {:>9} {:>5} {:>9} {:>9}\n", "call", "gpu", "host probe ns", "scale x", "runs", "TTFT p50", "TPOT p50");
         for ((call, gpu), rows) in calls {
             let ratio = |k: &str| crate::quantile::median(&rows.iter().map(|r| r.predicted[k] / r.measured[k]).collect::<Vec<_>>());
             let probe = rows[0].host_probe_ns.map_or("-".to_string(), |ns| format!("{ns:.0}"));
-            let scale = rows.iter().find_map(|r| r.capture_scale).map_or("-".to_string(), |f| format!("{f:.2}"));
+            let scale = rows.iter().find_map(|r| r.capture_scale.or(r.host_scale)).map_or("-".to_string(), |f| format!("{f:.2}"));
             s += &format!("    {:<22} {:<10} {:>13} {:>9} {:>5} {:>8.2}x {:>8.2}x\n", call, gpu, probe, scale, rows.len(), ratio("ttft_p50"), ratio("tpot_p50"));
         }
         s

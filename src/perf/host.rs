@@ -96,6 +96,12 @@ pub struct HostOverhead {
     /// (`e2e::host_fit::ProbedCaptures::fit`). Unset: every term scales linearly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture_probe_exponent: Option<f64>,
+    /// Where set (and no capture exponent is), a probed host scales every term by (its reading /
+    /// `probe_python_loop_ns`) to this power instead of linearly: the eager transformers engine's
+    /// steps follow the probe less than in proportion across machines
+    /// (`e2e::host_fit::ProbedEager::fit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_exponent: Option<f64>,
     /// Where the figures come from.
     pub source: Provenance,
 }
@@ -216,6 +222,7 @@ impl HostOverhead {
             idle_wake_us: 0.0,
             probe_python_loop_ns: None,
             capture_probe_exponent: None,
+            probe_exponent: None,
             source: Provenance::of("none"),
         }
     }
@@ -262,9 +269,11 @@ impl HostOverhead {
             );
             return Ok(h);
         }
+        let exponent = self.probe_exponent.unwrap_or(1.0);
+        let factor = factor.powf(exponent);
         let mut h = self.scaled(factor)?;
         h.source.adjusted = format!(
-            "every term x {factor:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1} on the reference machines)",
+            "every term x {factor:.3} (--host-probe: median python_loop_ns {:.1} over {} readings against {reference:.1} on the reference machines, to the power {exponent:.2})",
             probe.median_python_loop_ns(),
             probe.python_loop_ns.len()
         );
@@ -412,6 +421,14 @@ impl HostOverhead {
                 bail!("{origin}: field 'capture_probe_exponent' needs 'probe_python_loop_ns', the reading it scales against");
             }
         }
+        if let Some(e) = self.probe_exponent {
+            if !(e >= 0.0 && e.is_finite()) {
+                bail!("{origin}: field 'probe_exponent' must be a non-negative finite number, got {e}");
+            }
+            if self.probe_python_loop_ns.is_none() {
+                bail!("{origin}: field 'probe_exponent' needs 'probe_python_loop_ns', the reading it scales against");
+            }
+        }
         Ok(())
     }
 
@@ -501,6 +518,22 @@ mod tests {
         assert!(e.contains("hf-cudagraph.json") && e.contains("capture_probe_exponent") && e.contains("probe_python_loop_ns"), "{e}");
         let e = HostOverhead { capture_probe_exponent: Some(-1.0), ..h }.validate("x.json").unwrap_err().to_string();
         assert!(e.contains("capture_probe_exponent"), "{e}");
+    }
+
+    #[test]
+    fn a_probed_eager_host_scales_every_term_to_the_fitted_power() {
+        // Reference 76 ns, exponent 0.5: a host reading 304 ns (4x slower) takes 2x every term.
+        let h = HostOverhead { per_step_us: 5_000.0, launch_per_host_op_us: 13.0, sdpa_plan_us: 40_000.0, probe_python_loop_ns: Some(76.0), probe_exponent: Some(0.5), ..HostOverhead::zero() };
+        let s = h.at_speed(&HostSpeed::Probe(HostProbe { python_loop_ns: vec![304.0] })).unwrap();
+        assert_eq!((s.per_step_us, s.launch_per_host_op_us, s.sdpa_plan_us), (10_000.0, 26.0, 80_000.0));
+        assert!(s.source.adjusted.contains("every term x 2.000") && s.source.adjusted.contains("power 0.50"), "{}", s.source.adjusted);
+        // Without an exponent every term scales linearly (the vLLM host model).
+        let linear = HostOverhead { probe_exponent: None, ..h.clone() }.at_speed(&HostSpeed::Probe(HostProbe { python_loop_ns: vec![304.0] })).unwrap();
+        assert_eq!(linear.per_step_us, 20_000.0);
+        let e = HostOverhead { probe_python_loop_ns: None, ..h.clone() }.validate("hf.json").unwrap_err().to_string();
+        assert!(e.contains("hf.json") && e.contains("probe_exponent") && e.contains("probe_python_loop_ns"), "{e}");
+        let e = HostOverhead { probe_exponent: Some(f64::NAN), ..h }.validate("x.json").unwrap_err().to_string();
+        assert!(e.contains("probe_exponent"), "{e}");
     }
 
     #[test]
