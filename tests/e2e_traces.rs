@@ -288,7 +288,7 @@ fn target_sweeps(folder: &str, engine: &str, split: &'static str) -> Vec<kernels
             let measured = measured_metrics(run);
             let predicted = replay(m, run, Tier::Target, &host).unwrap().metrics;
             let ape = METRICS.iter().map(|&k| (k, kernelsight::e2e::stats::ape(predicted[k], measured[k]))).collect();
-            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), gpu: m.gpu.clone(), host_probe_ns: m.host_probe_ns, capture_scale: None, split, tier: "target", measured, predicted, ape, evictions: None });
+            runs.push(RunResult { model: m.label.clone(), run: run.key.clone(), gpu: m.gpu.clone(), host_probe_ns: m.host_probe_ns, capture_scale: None, host_scale: None, split, tier: "target", measured, predicted, ape, evictions: None });
         }
     }
     kernelsight::e2e::load_sweep::find(&models, &runs)
