@@ -35,6 +35,8 @@ import time
 import traceback
 import zlib
 
+from host_speed_probe import python_loop_ns  # the probe's loop, timed on the engine thread per step
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
@@ -387,15 +389,6 @@ _LIBC = None
 # thread before every scheduling call (about 1 ms at 10,000), so a run records its vCPU's speed
 # step by step: the eager engine's slow stretches are that vCPU slowed in place (session 51).
 STEP_LOOP_N = int(os.environ.get("KS_STEP_LOOP_N", "0"))
-
-
-def python_loop_ns(n):
-    """ns per iteration of host_speed_probe.python_loop_ns's loop (kept identical to it)."""
-    t = time.perf_counter_ns()
-    acc = 0
-    for i in range(n):
-        acc = (acc + i * 7) & 0xFFFF
-    return (time.perf_counter_ns() - t) / n
 
 
 def current_cpu():

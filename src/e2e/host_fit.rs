@@ -326,22 +326,58 @@ pub fn call_of(run: &TraceRun) -> &str {
     run.key.split('/').next().unwrap_or_default()
 }
 
-/// How the CUDA-graph capture terms scale with the host-speed probe: capture is host and driver
-/// work, and the same captures took 0.5-1.1x the H200-fitted time on lent H100 machines, faster
-/// on hosts whose probe reads faster.
+/// How host terms scale with the host-speed probe, fitted across probed device calls: (probe /
+/// reference) ^ exponent. The CUDA-graph capture terms (host and driver work: the same captures
+/// took 0.5-1.1x the H200-fitted time on lent H100 machines, faster on hosts whose probe reads
+/// faster) and the eager engine's every host term (its steps are the host's; 0.8-1.2x on the
+/// H100 machines, in the order of their probes) each get one.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CaptureProbeScaling {
-    /// Probe reading (`python_loop_ns`) of a host that captures as the fitted terms say.
+pub struct ProbeScaling {
+    /// Probe reading (`python_loop_ns`) of a host that runs as the fitted terms say.
     pub reference_ns: f64,
-    /// Capture terms x (probe / reference) ^ exponent.
     pub exponent: f64,
     pub calls: usize,
-    pub steps: usize,
+    /// What the fit ran on within those calls: capturing steps, or eager runs.
+    pub samples: usize,
 }
 
-impl CaptureProbeScaling {
+impl ProbeScaling {
     pub fn factor(&self, probe_ns: f64) -> f64 {
         (probe_ns / self.reference_ns).powf(self.exponent)
+    }
+
+    /// The fitted law for the host file's provenance: `terms` scaled, fitted on `samples`.
+    pub fn describe(&self, terms: &str, samples: &str, tier: &str) -> String {
+        format!(
+            "{terms} x (probe / {:.0} ns) ^ {:.2}: fitted by `validate e2e` on {} {samples} of {} probed device calls (tier {tier}); each probed call is replayed with the scaling fitted on the others",
+            self.reference_ns, self.exponent, self.samples, self.calls
+        )
+    }
+
+    /// The law with the least mean over calls (each call once) of `call_error(call, factor)`, on
+    /// a grid over the exponent (0 to 1.5 by 0.02) and the reference (40 to 250 ns by 1 ns);
+    /// None with fewer than three calls. `calls`: each call's probe reading, its data and how
+    /// many samples it holds.
+    fn fit<T>(calls: &[(f64, &T, usize)], call_error: impl Fn(&T, f64) -> f64) -> Option<ProbeScaling> {
+        if calls.len() < 3 {
+            return None;
+        }
+        let samples = calls.iter().map(|(_, _, n)| n).sum();
+        let mut best: Option<(f64, ProbeScaling)> = None;
+        for e in 0..=75 {
+            let exponent = e as f64 * 0.02;
+            for r in 40..=250 {
+                let reference_ns = r as f64;
+                let err = calls.iter().map(|(probe_ns, data, _)| call_error(data, (probe_ns / reference_ns).powf(exponent))).sum::<f64>() / calls.len() as f64;
+                if best.as_ref().is_none_or(|(b, _)| err < *b) {
+                    best = Some((err, ProbeScaling { reference_ns, exponent, calls: calls.len(), samples }));
+                }
+                if exponent == 0.0 {
+                    break; // the reference does not matter without an exponent
+                }
+            }
+        }
+        best.map(|(_, s)| s)
     }
 }
 
@@ -384,59 +420,16 @@ impl<'a> ProbedCaptures<'a> {
         Ok(ProbedCaptures { host: host.clone(), calls })
     }
 
-    /// Fits `CaptureProbeScaling` on every call but `leave_out`: a grid over the exponent (0 to
-    /// 1.5 by 0.02) and the reference (40 to 250 ns by 1 ns), least mean over calls of each
-    /// call's median |ln(measured / predicted)| capturing step, the predicted step with its
-    /// capture terms scaled. None with fewer than three calls.
-    pub fn fit(&self, leave_out: Option<&str>) -> Option<CaptureProbeScaling> {
-        let calls: Vec<&(f64, Vec<CaptureStep>)> = self.calls.iter().filter(|(c, _)| Some(**c) != leave_out).map(|(_, v)| v).collect();
-        if calls.len() < 3 {
-            return None;
-        }
-        let steps = calls.iter().map(|(_, s)| s.len()).sum();
-        let mut best: Option<(f64, CaptureProbeScaling)> = None;
-        for e in 0..=75 {
-            let exponent = e as f64 * 0.02;
-            for r in 40..=250 {
-                let reference_ns = r as f64;
-                let per_call: Vec<f64> = calls
-                    .iter()
-                    .map(|(probe_ns, steps)| {
-                        let factor = (probe_ns / reference_ns).powf(exponent);
-                        let errs: Vec<f64> =
-                            steps.iter().map(|s| (s.measured_us / (s.rest_us + self.host.capture_extra_scaled_us(s.gpu_us, &s.load, factor))).ln().abs()).collect();
-                        crate::quantile::median(&errs)
-                    })
-                    .collect();
-                let err = per_call.iter().sum::<f64>() / per_call.len() as f64;
-                if best.as_ref().is_none_or(|(b, _)| err < *b) {
-                    best = Some((err, CaptureProbeScaling { reference_ns, exponent, calls: calls.len(), steps }));
-                }
-                if exponent == 0.0 {
-                    break; // the reference does not matter without an exponent
-                }
-            }
-        }
-        best.map(|(_, s)| s)
-    }
-}
-
-/// How the eager transformers engine's host terms scale with the host-speed probe: its steps are
-/// the host's (Python dispatch, cuDNN plan builds), and the same eager runs took 0.8-1.2x the
-/// H200-fitted time on lent H100 machines, in the order of their probes (session 51).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EagerProbeScaling {
-    /// Probe reading (`python_loop_ns`) of a host whose eager steps run as the fitted terms say.
-    pub reference_ns: f64,
-    /// Every host term x (probe / reference) ^ exponent.
-    pub exponent: f64,
-    pub calls: usize,
-    pub runs: usize,
-}
-
-impl EagerProbeScaling {
-    pub fn factor(&self, probe_ns: f64) -> f64 {
-        (probe_ns / self.reference_ns).powf(self.exponent)
+    /// Fits the capture terms' `ProbeScaling` on every call but `leave_out`: each call's error is
+    /// the median |ln(measured / predicted)| of its capturing steps, the predicted step with its
+    /// capture terms scaled.
+    pub fn fit(&self, leave_out: Option<&str>) -> Option<ProbeScaling> {
+        let calls: Vec<(f64, &Vec<CaptureStep>, usize)> =
+            self.calls.iter().filter(|(c, _)| Some(**c) != leave_out).map(|(_, (probe_ns, steps))| (*probe_ns, steps, steps.len())).collect();
+        ProbeScaling::fit(&calls, |steps, factor| {
+            let errs: Vec<f64> = steps.iter().map(|s| (s.measured_us / (s.rest_us + self.host.capture_extra_scaled_us(s.gpu_us, &s.load, factor))).ln().abs()).collect();
+            crate::quantile::median(&errs)
+        })
     }
 }
 
@@ -451,37 +444,12 @@ impl ProbedEager {
         self.0.entry(call.to_string()).or_insert((probe_ns, Vec::new())).1.push((measured_tpot_ms, predicted_tpot_ms));
     }
 
-    /// The reference and exponent with the least mean over calls (each call once) of the median
-    /// |ln(predicted x factor / measured)| of its runs, on every call but `leave_out`; None with
-    /// fewer than three such calls.
-    pub fn fit(&self, leave_out: Option<&str>) -> Option<EagerProbeScaling> {
-        let calls: Vec<&(f64, Vec<(f64, f64)>)> = self.0.iter().filter(|(c, _)| Some(c.as_str()) != leave_out).map(|(_, v)| v).collect();
-        if calls.len() < 3 {
-            return None;
-        }
-        let runs = calls.iter().map(|(_, r)| r.len()).sum();
-        let mut best: Option<(f64, EagerProbeScaling)> = None;
-        for e in 0..=75 {
-            let exponent = e as f64 * 0.02;
-            for r in 40..=250 {
-                let reference_ns = r as f64;
-                let err = calls
-                    .iter()
-                    .map(|(probe_ns, runs)| {
-                        let factor = (probe_ns / reference_ns).powf(exponent);
-                        crate::quantile::median(&runs.iter().map(|(m, p)| (p * factor / m).ln().abs()).collect::<Vec<_>>())
-                    })
-                    .sum::<f64>()
-                    / calls.len() as f64;
-                if best.as_ref().is_none_or(|(b, _)| err < *b) {
-                    best = Some((err, EagerProbeScaling { reference_ns, exponent, calls: calls.len(), runs }));
-                }
-                if exponent == 0.0 {
-                    break; // the reference does not matter without an exponent
-                }
-            }
-        }
-        best.map(|(_, s)| s)
+    /// Fits every eager host term's `ProbeScaling` on every call but `leave_out`: each call's
+    /// error is the median |ln(predicted x factor / measured)| TPOT of its runs.
+    pub fn fit(&self, leave_out: Option<&str>) -> Option<ProbeScaling> {
+        let calls: Vec<(f64, &Vec<(f64, f64)>, usize)> =
+            self.0.iter().filter(|(c, _)| Some(c.as_str()) != leave_out).map(|(_, (probe_ns, runs))| (*probe_ns, runs, runs.len())).collect();
+        ProbeScaling::fit(&calls, |runs, factor| crate::quantile::median(&runs.iter().map(|(m, p)| (p * factor / m).ln().abs()).collect::<Vec<_>>()))
     }
 }
 
@@ -501,7 +469,7 @@ mod eager_probe_tests {
             }
         }
         let sc = p.fit(Some("d")).expect("three calls");
-        assert_eq!((sc.calls, sc.runs), (3, 9));
+        assert_eq!((sc.calls, sc.samples), (3, 9));
         assert!((sc.reference_ns - 80.0).abs() <= 1.0 && (sc.exponent - 0.6).abs() < 0.03, "{sc:?}");
         // The left-out call's runs come out within 2 % with the others' fit.
         assert!((sc.factor(120.0) / (120.0_f64 / 80.0).powf(0.6) - 1.0).abs() < 0.02, "{sc:?}");

@@ -2,7 +2,7 @@
 //! models fitted on the calibration runs, splits the runs into calibration and held-out sets and
 //! aggregates the errors per split and metric.
 
-use super::host_fit::{call_of, fit_host, fit_host_cudagraph, with_tp_hooks, EagerProbeScaling, ProbedCaptures, ProbedEager};
+use super::host_fit::{call_of, fit_host, fit_host_cudagraph, with_tp_hooks, ProbeScaling, ProbedCaptures, ProbedEager};
 use super::replay::{measured_evictions, replay, Replayed};
 use super::stats::{ape, ErrorStats};
 use super::traces::{load_dir, measured_metrics, TraceEngine, TraceModel, TraceRun, METRICS, VLLM_CALIBRATION_MODELS};
@@ -172,7 +172,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
         // Probed eager runs again, each with every host term scaled by the fit on the other
         // probed calls (leave one call out), as the capture terms above.
         if let Some(h) = host.as_ref() {
-            let mut fits: BTreeMap<&str, Option<EagerProbeScaling>> = BTreeMap::new();
+            let mut fits: BTreeMap<&str, Option<ProbeScaling>> = BTreeMap::new();
             for (idx, m, run) in eager_probed_runs {
                 let call = call_of(run);
                 let Some(sc) = *fits.entry(call).or_insert_with(|| probed_eager.fit(Some(call))) else { continue };
@@ -188,14 +188,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
             if let Some(sc) = probed_eager.fit(None) {
                 h.probe_python_loop_ns = Some(sc.reference_ns);
                 h.probe_exponent = Some(sc.exponent);
-                h.source.probe_reference = format!(
-                    "every term x (probe / {:.0} ns) ^ {:.2}: fitted by `validate e2e` on the TPOT of {} eager runs of {} probed device calls (tier {}); each probed call is replayed with the scaling fitted on the others",
-                    sc.reference_ns,
-                    sc.exponent,
-                    sc.runs,
-                    sc.calls,
-                    tier.as_str()
-                );
+                h.source.probe_reference = sc.describe("every term", "eager runs' TPOT", tier.as_str());
             }
             report.host_fits.insert(tier.as_str().to_string(), h);
         }
@@ -203,14 +196,7 @@ pub fn validate_models(models: &[TraceModel], tiers: &[Tier], vllm_host_speed: &
             if let Some(sc) = probed.as_ref().and_then(|p| p.fit(None)) {
                 h.probe_python_loop_ns = Some(sc.reference_ns);
                 h.capture_probe_exponent = Some(sc.exponent);
-                h.source.probe_reference = format!(
-                    "capture terms x (probe / {:.0} ns) ^ {:.2}: fitted by `validate e2e` on {} capturing steps of {} probed device calls (tier {}); each probed call is replayed with the scaling fitted on the others",
-                    sc.reference_ns,
-                    sc.exponent,
-                    sc.steps,
-                    sc.calls,
-                    tier.as_str()
-                );
+                h.source.probe_reference = sc.describe("capture terms", "capturing steps", tier.as_str());
             }
             report.host_fits.insert(format!("{}/cudagraph", tier.as_str()), h);
         }
