@@ -14,12 +14,18 @@ only). Times the first call at `--shapes` new key counts (host wall time up to a
 plan build plus one kernel) and a second call of the same shape (the cached plan), and reports
 per layout the median build time (first minus repeat), in ms.
 
-Writes $OUT/sdpa_plan_probe.json. Usage: python3 microbench/e2e/sdpa_plan_probe.py --out FILE
+Writes $OUT/sdpa_plan_probe.json, with the engine-style Python loop reading (`python_loop_ns`, 10,000
+iterations) taken before each shape. Usage: python3 microbench/e2e/sdpa_plan_probe.py --out FILE [--reverse]
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_speed_probe  # noqa: E402
 
 # (label, query heads, head_dim): the eager runs' layouts after repeat_kv.
 LAYOUTS = [("llama-3.2-3b", 24, 128), ("qwen2.5-7b", 28, 128), ("llama-3.1-8b", 32, 128),
@@ -34,15 +40,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--shapes", type=int, default=12, help="new key counts per layout and query count")
     ap.add_argument("--queries", default="1,8", help="packed query counts (decode steps of 1 and 8 sequences)")
+    ap.add_argument("--reverse", action="store_true", help="probe the layouts last to first (an order effect test)")
     a = ap.parse_args()
     dev = "cuda"
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
            "method": "host wall time of the first call of a new (queries, keys) shape up to torch.cuda.synchronize, "
                      "minus the same of an immediate repeat; median over shapes", "layouts": []}
     gen = torch.Generator(device=dev).manual_seed(0)
-    for layout, (label, h, d) in enumerate(LAYOUTS):
+    order = list(enumerate(LAYOUTS))
+    for layout, (label, h, d) in (order[::-1] if a.reverse else order):
         for s in [int(x) for x in a.queries.split(",")]:
-            builds, repeats = [], []
+            builds, repeats, loops = [], [], []
             for i in range(a.shapes):
                 # Key counts no other layout or query count uses, growing as a decode batch's do
                 # (by layout index: two layouts of one head count once shared key counts, and the
@@ -53,6 +61,9 @@ def main():
                 v = torch.randn(1, h, n, d, device=dev, dtype=torch.bfloat16, generator=gen)
                 mask = torch.zeros(1, 1, s, n, device=dev, dtype=torch.bfloat16)
                 torch.cuda.synchronize()
+                # The build is host work: the vCPU's Python speed just before it, to tell a
+                # layout's cost from the host changing state mid-probe.
+                loops.append(host_speed_probe.python_loop_ns(10_000))
                 times = []
                 for _ in range(2):
                     t0 = time.perf_counter()
@@ -65,7 +76,8 @@ def main():
             res["layouts"].append({"model": label, "heads": h, "head_dim": d, "queries": s,
                                    "plan_build_ms_median": round(statistics.median(builds), 3),
                                    "plan_build_ms": [round(x, 3) for x in builds],
-                                   "repeat_call_ms_median": round(statistics.median(repeats), 3)})
+                                   "repeat_call_ms_median": round(statistics.median(repeats), 3),
+                                   "python_loop_ns": [round(x, 2) for x in loops]})
             print(f"{label:18s} H={h:3d} D={d:3d} q={s}: plan build {statistics.median(builds):7.2f} ms "
                   f"(repeat call {statistics.median(repeats):.3f} ms)", flush=True)
     with open(a.out, "w") as f:
