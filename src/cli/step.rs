@@ -84,7 +84,7 @@ pub fn run(args: StepArgs) -> Result<()> {
         let out = json!({
             "model": model.name, "gpu": gpu.id, "tp": dep.tp, "pp": dep.pp, "ep": dep.ep, "tier": pred.tier().as_str(),
             "predictor": pred.describe(), "kernels": kernels, "total_flops": total_flops, "total_bytes": total_bytes,
-            "sol_us": sol_us, "kernel_us": kernel_us, "host_us": cost.host_us, "predicted_us": cost.total_us,
+            "sol_us": sol_us, "kernel_us": kernel_us, "graph_idle_us": cost.graph_idle_us, "host_us": cost.host_us, "predicted_us": cost.total_us,
             "first_use_capture_us": if captured { first.total_us - cost.total_us } else { 0.0 },
             "power_capped_gemm_tflops": capped_tflops,
         });
@@ -109,8 +109,14 @@ pub fn run(args: StepArgs) -> Result<()> {
         );
     }
     println!(
-        "\ntotal: {:.2} TFLOP, {:.3} GB, SOL {:.1} us, kernels {:.1} us, host {:.1} us, step {:.1} us",
-        total_flops / 1e12, total_bytes / 1e9, sol_us, kernel_us, cost.host_us, cost.total_us
+        "\ntotal: {:.2} TFLOP, {:.3} GB, SOL {:.1} us, kernels {:.1} us,{} host {:.1} us, step {:.1} us",
+        total_flops / 1e12,
+        total_bytes / 1e9,
+        sol_us,
+        kernel_us,
+        if cost.graph_idle_us > 0.0 { format!(" idle between replayed kernels {:.1} us,", cost.graph_idle_us) } else { String::new() },
+        cost.host_us,
+        cost.total_us
     );
     let shares: Vec<String> = cost.classes().iter().filter(|c| c.1 > 0.0).map(|(n, us)| format!("{n} {:.0}%", 100.0 * us / cost.total_us)).collect();
     println!("time share: {}", shares.join(", "));

@@ -34,8 +34,9 @@ pub(crate) fn engine_for(run: &TraceRun) -> Result<EngineParams> {
         return Ok(engine);
     }
     let mut engine = EngineParams::load(if run.graphs.is_some() { "hf-cudagraph" } else { "hf" })?;
-    let key = engine.cuda_graphs.and_then(|g| g.seqlen_k_pow2_min);
-    engine.cuda_graphs = run.graphs.map(|g| GraphPadding { seqlen_k_pow2_min: key, ..g });
+    // The run records its padding; the graph key and the replay gap are the engine profile's.
+    let (key, gap) = engine.cuda_graphs.map_or((None, None), |g| (g.seqlen_k_pow2_min, g.replay_gap_per_kernel_ns));
+    engine.cuda_graphs = run.graphs.map(|g| GraphPadding { seqlen_k_pow2_min: key, replay_gap_per_kernel_ns: gap, ..g });
     engine.block_size = run.block_size;
     engine.max_num_batched_tokens = run.max_batch_tokens;
     engine.prefix_caching = run.prefix_sharing;

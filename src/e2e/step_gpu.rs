@@ -21,6 +21,9 @@ pub struct StepGpuRow {
     pub steps: usize,
     pub measured_gpu_ms_p50: f64,
     pub predicted_gpu_ms_p50: f64,
+    /// Median over steps of (measured - predicted GPU time) / the step's kernel launches, plus
+    /// the replay gap the engine profile already charges: the gap per kernel this run implies.
+    pub implied_replay_gap_per_kernel_us: f64,
     pub ape: ErrorStats,
 }
 
@@ -39,11 +42,14 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
         let Some(gpu_ms) = prof.scheduled(run.steps.len()) else { continue };
         for &tier in tiers {
             let p = super::replay::predictor_for(model, run, tier, HostOverhead::zero())?;
-            let mut pairs = Vec::new();
+            let charged_gap_us = super::replay::engine_for(run)?.cuda_graphs.and_then(|g| g.replay_gap_per_kernel_ns).map_or(0.0, |ns| ns as f64 * 1e-3);
+            let (mut pairs, mut gaps) = (Vec::new(), Vec::new());
             for (s, &measured) in run.steps.iter().zip(gpu_ms) {
-                let (cost, capture) = p.step_time_and_capture(&super::replay::logged_step_batch(s));
+                let batch = super::replay::logged_step_batch(s);
+                let (cost, capture) = p.step_time_and_capture(&batch);
                 if capture.is_none() && s.num_requests > 0 {
                     pairs.push((measured, cost.total_us / 1e3));
+                    gaps.push((measured * 1e3 - cost.total_us) / p.step_launches(&batch).max(1) as f64 + charged_gap_us);
                 }
             }
             if pairs.is_empty() {
@@ -58,6 +64,7 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
                 steps: pairs.len(),
                 measured_gpu_ms_p50: crate::quantile::median(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()),
                 predicted_gpu_ms_p50: crate::quantile::median(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()),
+                implied_replay_gap_per_kernel_us: crate::quantile::median(&gaps),
                 ape: ErrorStats::of(&apes),
             });
         }
@@ -69,14 +76,14 @@ pub fn render(rows: &[StepGpuRow]) -> String {
     let mut s = String::from(
         "GPU time of replayed CUDA-graph steps (CUDA events per step, h200_sxm_cudagraph_profile) vs predicted, per run: APE % over steps\n",
     );
-    s += &format!("  {:<10} {:<22} {:<26} {:>5} {:>9} {:>9} {:>7} {:>7} {:>7}\n", "tier", "model", "run", "steps", "meas ms", "pred ms", "median", "p90", "max");
+    s += &format!("  {:<10} {:<22} {:<26} {:>5} {:>9} {:>9} {:>7} {:>7} {:>7} {:>8}\n", "tier", "model", "run", "steps", "meas ms", "pred ms", "median", "p90", "max", "gap us");
     let mut by_tier: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for r in rows {
         let name = format!("{}{}", r.model, if r.held_out { "" } else { " (cal)" });
         let run = r.run.split('/').skip(1).collect::<Vec<_>>().join("/");
         s += &format!(
-            "  {:<10} {:<22} {:<26} {:>5} {:>9.2} {:>9.2} {:>7.1} {:>7.1} {:>7.1}\n",
-            r.tier, name, run, r.steps, r.measured_gpu_ms_p50, r.predicted_gpu_ms_p50, r.ape.median_ape, r.ape.p90_ape, r.ape.max_ape
+            "  {:<10} {:<22} {:<26} {:>5} {:>9.2} {:>9.2} {:>7.1} {:>7.1} {:>7.1} {:>8.2}\n",
+            r.tier, name, run, r.steps, r.measured_gpu_ms_p50, r.predicted_gpu_ms_p50, r.ape.median_ape, r.ape.p90_ape, r.ape.max_ape, r.implied_replay_gap_per_kernel_us
         );
         if r.held_out {
             by_tier.entry(r.tier).or_default().push(r.ape.median_ape);
@@ -85,6 +92,11 @@ pub fn render(rows: &[StepGpuRow]) -> String {
     for (tier, meds) in by_tier {
         let e = ErrorStats::of(&meds);
         s += &format!("  [{tier}] held-out runs: median of per-run median APE {:.1}%, worst {:.1}% ({} runs)\n", e.median_ape, e.max_ape, e.count);
+        // What `[cuda_graphs] replay_gap_per_kernel_ns` of the engine profile is set from.
+        let cal: Vec<f64> = rows.iter().filter(|r| r.tier == tier && !r.held_out).map(|r| r.implied_replay_gap_per_kernel_us).collect();
+        if !cal.is_empty() {
+            s += &format!("  [{tier}] calibration runs imply a replay gap of {:.3} us per kernel (median over {} runs of each run's median)\n", crate::quantile::median(&cal), cal.len());
+        }
     }
     s
 }

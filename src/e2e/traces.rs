@@ -267,6 +267,7 @@ fn parse_run(v: &Value, origin: &str) -> Result<TraceRun> {
             kv_tokens: u64_field(r, "kv_padding_interval_size", origin)? as u32,
             // Not in the run record: the engine profile's (`engine_for`).
             seqlen_k_pow2_min: None,
+            replay_gap_per_kernel_ns: None,
         }),
         _ => None,
     };

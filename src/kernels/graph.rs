@@ -546,7 +546,7 @@ mod tests {
         assert_eq!(q, 8);
         assert_eq!(groups, vec![(AttnKind::Full, 32, 4008)]);
         // CUDA graphs pad queries to 64 and the KV read to 16384 (here below the cache size).
-        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024), replay_gap_per_kernel_ns: None }, 8192, 98304);
         let (q, groups) = packed_lengths(&m, &decode(8, 500), Some(&g));
         assert_eq!((q, groups[0].2), (64, 16384 + 64));
         let ks = packed_sdpa_kernels(&m, &Deployment::default(), &decode(8, 500), Some(&g));

@@ -21,6 +21,11 @@ pub struct GraphPadding {
     /// padding starts here (transformers 5.17: 1024). Absent: not part of the key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seqlen_k_pow2_min: Option<u32>,
+    /// GPU idle per launched kernel inside a replayed graph, beyond what the kernel tables hold
+    /// (their rows are graph replays of one kernel, so they hold one gap each already). Absent:
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_gap_per_kernel_ns: Option<u32>,
 }
 
 impl GraphPadding {
@@ -110,26 +115,26 @@ mod tests {
 
     #[test]
     fn a_shape_is_captured_once_and_only_a_larger_capture_grows_the_pool() {
-        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
+        let g = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None, replay_gap_per_kernel_ns: None }, 8192, 98304);
         assert_eq!(g.capture(vec![8192, 0], 8192), Some(8192));
         assert_eq!(g.capture(vec![8192, 0], 8192), None);
         // Another shape as large or smaller reuses the pool the first one allocated.
         assert_eq!(g.capture(vec![8192, 16384], 8192), Some(0));
         assert_eq!(g.capture(vec![64, 16384], 64), Some(0));
-        let h = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
+        let h = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None, replay_gap_per_kernel_ns: None }, 8192, 98304);
         assert_eq!(h.capture(vec![1216, 0], 1216), Some(1216));
         assert_eq!(h.capture(vec![1344, 16384], 1344), Some(128));
     }
 
     #[test]
     fn longest_key_sequence_pads_to_a_power_of_two_from_the_minimum() {
-        let keyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
+        let keyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024), replay_gap_per_kernel_ns: None }, 8192, 98304);
         assert_eq!(keyed.pad_seqlen_k(1), Some(1024));
         assert_eq!(keyed.pad_seqlen_k(1024), Some(1024));
         assert_eq!(keyed.pad_seqlen_k(1025), Some(2048));
         assert_eq!(keyed.pad_seqlen_k(70_000), Some(98304));
-        let unkeyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None }, 8192, 98304);
+        let unkeyed = CudaGraphs::new(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: None, replay_gap_per_kernel_ns: None }, 8192, 98304);
         assert_eq!(unkeyed.pad_seqlen_k(5000), None);
-        assert!(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1000) }.validate().is_err());
+        assert!(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1000), replay_gap_per_kernel_ns: None }.validate().is_err());
     }
 }

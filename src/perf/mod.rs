@@ -30,6 +30,8 @@ pub struct StepCost {
     pub elementwise_us: f64,
     pub communication_us: f64,
     pub host_us: f64,
+    /// GPU idle between the kernels of a replayed CUDA graph (`GraphPadding::replay_gap_per_kernel_ns`).
+    pub graph_idle_us: f64,
     /// Host time to schedule and launch this step by itself (part of `total_us`): under async
     /// scheduling it runs while the GPU works on the step before, and the step before hands its
     /// tokens out only once it is done (`sim::replica::HostTimeline`). 0 without host terms.
@@ -45,12 +47,13 @@ impl StepCost {
             "moe" => self.moe_us += us,
             "communication" => self.communication_us += us,
             "host" => self.host_us += us,
+            "graph_idle" => self.graph_idle_us += us,
             _ => self.elementwise_us += us,
         }
         self.total_us += us;
     }
 
-    pub fn classes(&self) -> [(&'static str, f64); 6] {
+    pub fn classes(&self) -> [(&'static str, f64); 7] {
         [
             ("gemm", self.gemm_us),
             ("attention", self.attention_us),
@@ -58,6 +61,7 @@ impl StepCost {
             ("elementwise", self.elementwise_us),
             ("communication", self.communication_us),
             ("host", self.host_us),
+            ("graph_idle", self.graph_idle_us),
         ]
     }
 }

@@ -539,6 +539,9 @@ impl Predictor {
         let capped = self.capped_gemm_rate(&gemms, cost.total_us, tensor_flops, |gpu_us| self.wall_us(gpu_us, &load, launch_us, overlap_host));
         let gemm_us = capped.map_or_else(|| gemms.iter().map(|g| g.0).sum(), |c| c.1);
         cost.add_class("gemm", gemm_us);
+        if let Some(gap_ns) = self.graphs.as_ref().and_then(|g| g.padding.replay_gap_per_kernel_ns) {
+            cost.add_class("graph_idle", gap_ns as f64 * 1e-3 * launches as f64);
+        }
         GpuStep { cost, launches, load, launch_us, gemm_tflops: capped.map(|c| c.0) }
     }
 
@@ -778,12 +781,32 @@ mod tests {
     }
 
     #[test]
+    fn a_replayed_graph_step_idles_the_gap_once_per_launched_kernel() {
+        let m = ModelConfig::load("llama-3.1-8b").unwrap();
+        let g = load_gpu("h200_sxm").unwrap();
+        let with_gap = |ns: Option<u32>| {
+            Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline)
+                .unwrap()
+                .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024), replay_gap_per_kernel_ns: ns }, 8192, 98304)
+        };
+        let seqs = [SeqWork { new_tokens: 1, cached_tokens: 500 }; 4];
+        let (none, gap) = (with_gap(None), with_gap(Some(500)));
+        let launches = gap.step_launches(&seqs);
+        assert!(launches >= 32 * 5, "{launches} launches for 32 layers");
+        let (a, b) = (none.step_time(&seqs), gap.step_time(&seqs));
+        assert!((b.total_us - a.total_us - 0.5 * launches as f64).abs() < 1e-6, "{} us for {launches} launches", b.total_us - a.total_us);
+        assert!((b.graph_idle_us - 0.5 * launches as f64).abs() < 1e-6 && a.graph_idle_us == 0.0);
+        assert_eq!(a.host_us, b.host_us);
+        assert_eq!(a.gemm_us + a.attention_us + a.elementwise_us, b.gemm_us + b.attention_us + b.elementwise_us);
+    }
+
+    #[test]
     fn padded_moe_steps_route_the_padding_as_one_token() {
         let m = ModelConfig::load("mixtral-8x7b-v0.1").unwrap();
         let g = load_gpu("h200_sxm").unwrap();
         let p = Predictor::new(&m, &g, &Deployment::default(), Tier::Roofline)
             .unwrap()
-            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024), replay_gap_per_kernel_ns: None }, 8192, 98304);
         let experts = |seqs: &[SeqWork]| {
             let t = p.kernel_table(seqs);
             let e = t.iter().find(|k| k.instance.kernel.op == crate::schema::Op::Moe).unwrap();
@@ -898,7 +921,7 @@ mod tests {
             .unwrap()
             .with_host_overhead(host)
             .with_attention_impl(AttentionImpl::PackedSdpa)
-            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024) }, 8192, 98304);
+            .with_cuda_graphs(GraphPadding { q_tokens: 64, kv_tokens: 16384, seqlen_k_pow2_min: Some(1024), replay_gap_per_kernel_ns: None }, 8192, 98304);
         let step = |n: usize, cached: u32| vec![SeqWork { new_tokens: 1, cached_tokens: cached }; n];
         let (first, captured) = p.step_time_and_capture(&step(8, 500));
         assert!(captured.is_some());

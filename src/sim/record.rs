@@ -71,7 +71,7 @@ pub struct Recorder {
     pub preemptions: u64,
     pub prefix_query_tokens: u64,
     pub prefix_hit_tokens: u64,
-    pub class_us: [f64; 6],
+    pub class_us: [f64; 7],
     pub steps: u64,
     pub step_tokens: u64,
     pub step_seqs: u64,
