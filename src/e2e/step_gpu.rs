@@ -42,14 +42,14 @@ pub fn validate(profile_dir: &Path, models: &[TraceModel], tiers: &[Tier]) -> Re
         let Some(gpu_ms) = prof.scheduled(run.steps.len()) else { continue };
         for &tier in tiers {
             let p = super::replay::predictor_for(model, run, tier, HostOverhead::zero())?;
-            let charged_gap_us = super::replay::engine_for(run)?.cuda_graphs.and_then(|g| g.replay_gap_per_kernel_ns).map_or(0.0, |ns| ns as f64 * 1e-3);
             let (mut pairs, mut gaps) = (Vec::new(), Vec::new());
             for (s, &measured) in run.steps.iter().zip(gpu_ms) {
                 let batch = super::replay::logged_step_batch(s);
                 let (cost, capture) = p.step_time_and_capture(&batch);
                 if capture.is_none() && s.num_requests > 0 {
                     pairs.push((measured, cost.total_us / 1e3));
-                    gaps.push((measured * 1e3 - cost.total_us) / p.step_launches(&batch).max(1) as f64 + charged_gap_us);
+                    // The idle the profile already charges counts toward the gap the run implies.
+                    gaps.push((measured * 1e3 - cost.total_us + cost.graph_idle_us) / p.step_launches(&batch).max(1) as f64);
                 }
             }
             if pairs.is_empty() {

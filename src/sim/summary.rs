@@ -83,7 +83,8 @@ impl Summary {
         let r = &o.rec;
         let duration_s = r.last_finish_us * 1e-6;
         let class_total: f64 = r.class_us.iter().sum();
-        let classes = ["gemm", "attention", "moe", "elementwise", "communication", "host", "graph_idle"];
+        // The recorder sums each step's classes in `StepCost::classes` order.
+        let classes = crate::perf::StepCost::default().classes().map(|(name, _)| name);
         let kernel_time_share = classes.iter().zip(r.class_us).map(|(c, us)| (c.to_string(), ratio(us, class_total))).collect();
         let any_slo = cfg.slo_ttft_ms.is_some() || cfg.slo_tpot_ms.is_some();
         Summary {
